@@ -1,0 +1,68 @@
+"""Choosing (ell*, k*) (paper 000 eq. 6) and re-planning k after dropouts."""
+
+import numpy as np
+import pytest
+
+from protocol.orderstats import qq_coverage, qq_coverage_table
+from protocol.planner import COVERAGE_TOLERANCE, plan_quantile_of_quantiles, replan_server_order
+
+
+def brute_force_plan(m, n, alpha):
+    table = qq_coverage_table(m, n)
+    feasible = np.where(table >= 1 - alpha - COVERAGE_TOLERANCE, table, np.inf)
+    ell, k = np.unravel_index(np.argmin(feasible), table.shape)
+    return int(ell) + 1, int(k) + 1, float(table[ell, k])
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 10, 37, 50, 100])
+@pytest.mark.parametrize("n", [1, 3, 10, 20, 64])
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2])
+def test_plan_is_the_argmin_over_the_full_table(m, n, alpha):
+    plan = plan_quantile_of_quantiles(m, n, alpha)
+    if m * n / (m * n + 1) < 1 - alpha:
+        assert plan.infinite and "whole line" in plan.reason
+        return
+    ell, k, coverage = brute_force_plan(m, n, alpha)
+    assert plan.coverage == pytest.approx(coverage, abs=1e-14)
+    assert plan.coverage >= 1 - alpha - COVERAGE_TOLERANCE
+    # ties in M are possible in principle; the chosen pair must attain the same minimum
+    assert qq_coverage(m, n, plan.ell, plan.k) == pytest.approx(coverage, abs=1e-14)
+
+
+def test_published_plan_m5_n10():
+    plan = plan_quantile_of_quantiles(5, 10, 0.1)
+    assert (plan.ell, plan.k) == (10, 3)
+    assert plan.coverage == pytest.approx(0.9256259545517654, abs=1e-12)
+
+
+def test_exact_boundary_case_is_not_lost_to_rounding():
+    # n = 1: M[1, k] = k / (m + 1); with m = 9, k = 9 reaches exactly 0.9.
+    plan = plan_quantile_of_quantiles(9, 1, 0.1)
+    assert (plan.ell, plan.k) == (1, 9)
+
+
+def test_infinite_plan_when_even_the_maximum_falls_short():
+    plan = plan_quantile_of_quantiles(1, 5, 0.1)  # best coverage 5/6 < 0.9
+    assert plan.infinite and plan.ell is None and plan.coverage == 1.0
+
+
+@pytest.mark.parametrize("answered", [50, 45, 30, 12, 5])
+def test_replanned_k_is_the_smallest_valid_one(answered):
+    plan = replan_server_order(answered, 20, 18, 0.1)
+    if plan.infinite:
+        assert qq_coverage(answered, 20, 18, answered) < 0.9
+        return
+    assert qq_coverage(answered, 20, 18, plan.k) >= 0.9 - COVERAGE_TOLERANCE
+    if plan.k > 1:
+        assert qq_coverage(answered, 20, 18, plan.k - 1) < 0.9
+
+
+def test_replan_refuses_when_too_few_answer():
+    plan = replan_server_order(2, 20, 18, 0.1)
+    assert plan.infinite and "2 answering sites" in plan.reason
+    assert replan_server_order(0, 20, 18, 0.1).infinite
+
+
+def test_rejects_bad_alpha():
+    with pytest.raises(ValueError):
+        plan_quantile_of_quantiles(5, 10, 1.0)
