@@ -1,0 +1,115 @@
+"""The wire format: a versioned msgpack envelope, validated on decode.
+
+Envelope (a msgpack map with one-letter keys to keep small messages small):
+
+    v  protocol version (int)         t  message type (str)
+    s  session id (int)               f  sender id (str)
+    n  sender's sequence number (int) p  payload (a map whose fields depend on t)
+
+`decode` accepts exactly this shape and the payload fields listed in PAYLOADS; anything else
+raises WireError with a reason meant for the event log. Codec-specific values inside a
+response body are checked by the codec, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_SEQUENCE = 2**63 - 1
+SENDER_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+#: Payload fields per message type: name -> accepted Python types.
+PAYLOADS: dict[str, dict[str, tuple[type, ...]]] = {
+    # site -> coordinator
+    "hello": {"pid": (int,)},
+    "join": {"n": (int,)},
+    "response": {"phase": (str,), "body": (object,)},
+    "error": {"phase": (str,), "reason": (str,)},  # the phase whose message could not be served
+    # coordinator -> site
+    "open": {"trial": (int,), "seed": (int,)},
+    "request": {"method": (str,), "phase": (str,), "body": (dict,)},
+    "close": {},
+    "shutdown": {},
+}
+SITE_TO_COORDINATOR = frozenset({"hello", "join", "response", "error"})
+COORDINATOR_TO_SITE = frozenset({"open", "request", "close", "shutdown"})
+
+
+class WireError(ValueError):
+    """A message that cannot be accepted; str(error) is the reason."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    type: str
+    session: int
+    sender: str
+    seq: int
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def encode(envelope: Envelope) -> bytes:
+    """Serialize an envelope (validating it first, so that we never send what we would reject)."""
+    _validate(envelope.type, envelope.session, envelope.sender, envelope.seq, envelope.payload)
+    return msgpack.packb(
+        {"v": PROTOCOL_VERSION, "t": envelope.type, "s": envelope.session, "f": envelope.sender,
+         "n": envelope.seq, "p": envelope.payload},
+        use_bin_type=True,
+    )
+
+
+def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
+    """Parse and validate one message; raise WireError with a reason on anything unexpected."""
+    if len(data) > max_bytes:
+        raise WireError(f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_reject_ext)
+    except WireError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types for malformed input
+        raise WireError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise WireError(f"envelope must be a map, got {type(obj).__name__}")
+    if set(obj) != {"v", "t", "s", "f", "n", "p"}:
+        raise WireError(f"envelope keys must be v,t,s,f,n,p; got {sorted(map(str, obj))}")
+    version = obj["v"]
+    if not _is_int(version) or version != PROTOCOL_VERSION:
+        raise WireError(f"unsupported protocol version {version!r} (this build speaks {PROTOCOL_VERSION})")
+    _validate(obj["t"], obj["s"], obj["f"], obj["n"], obj["p"])
+    return Envelope(obj["t"], obj["s"], obj["f"], obj["n"], obj["p"])
+
+
+def _validate(mtype, session, sender, seq, payload) -> None:
+    if not isinstance(mtype, str) or mtype not in PAYLOADS:
+        raise WireError(f"unknown message type {mtype!r}")
+    if not _is_int(session) or not 0 <= session <= MAX_SEQUENCE:
+        raise WireError(f"{mtype}: session must be a non-negative integer, got {session!r}")
+    if not isinstance(sender, str) or not SENDER_PATTERN.match(sender):
+        raise WireError(f"{mtype}: sender must match {SENDER_PATTERN.pattern}, got {sender!r}")
+    if not _is_int(seq) or not 0 <= seq <= MAX_SEQUENCE:
+        raise WireError(f"{mtype}: sequence number must be a non-negative integer, got {seq!r}")
+    if not isinstance(payload, dict):
+        raise WireError(f"{mtype}: payload must be a map, got {type(payload).__name__}")
+    expected = PAYLOADS[mtype]
+    if set(payload) != set(expected):
+        raise WireError(f"{mtype}: payload fields must be {sorted(expected)}, got {sorted(map(str, payload))}")
+    for name, types in expected.items():
+        value = payload[name]
+        if types == (int,) and not _is_int(value):
+            raise WireError(f"{mtype}: field {name!r} must be an integer, got {type(value).__name__}")
+        if not isinstance(value, types):
+            raise WireError(f"{mtype}: field {name!r} has type {type(value).__name__}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _reject_ext(code, data):
+    raise WireError(f"msgpack extension type {code} is not allowed")
