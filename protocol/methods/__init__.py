@@ -1,0 +1,14 @@
+"""Method registry: a new method is one module and one line here."""
+
+from protocol.methods.base import Method, Outcome, RequestError, Send
+from protocol.methods.centralized import Centralized
+from protocol.methods.fedcp_avg import FedCPAvg
+from protocol.methods.fedcp_qq import FedCPQQ
+
+METHODS: dict[str, type[Method]] = {
+    FedCPQQ.name: FedCPQQ,
+    FedCPAvg.name: FedCPAvg,
+    Centralized.name: Centralized,
+}
+
+__all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]

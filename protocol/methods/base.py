@@ -1,0 +1,155 @@
+"""The shape of a method: a pure coordinator half, a pure site half, and a codec.
+
+Coordinator half: `start()` and `advance(phase, answers, dropped)` each return a Step, either
+`Send(phase, requests)` (run this phase: send each site its request body and bring back the
+decoded answers) or an `Outcome` (the session's result). It never sees a socket or a clock.
+
+Site half: `answer(phase, body)` turns a request body plus the site's own scores into a value
+that the method's codec encodes; it raises RequestError for a request it will not serve.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from protocol.conformal import order_statistic
+
+
+class RequestError(ValueError):
+    """A site half refuses a request; str(error) is sent back to the coordinator as the reason."""
+
+
+@dataclass(frozen=True)
+class Send:
+    phase: str
+    requests: dict[str, dict]  # site id -> request body
+
+
+#: Outcome statuses: a finite threshold; the whole line (no finite threshold carries the
+#: guarantee, e.g. too few sites answered); or no result at all, with the reason.
+STATUSES = ("ok", "infinite", "aborted")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    threshold: float  # q-hat: the set is {y : s(x, y) <= threshold}
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def ok(threshold: float, **details) -> "Outcome":
+        status = "ok" if math.isfinite(threshold) else "infinite"
+        reason = "" if status == "ok" else "a local quantile was +inf (fewer scores than the order asked)"
+        return Outcome(status, float(threshold), reason, details)
+
+    @staticmethod
+    def infinite(reason: str, **details) -> "Outcome":
+        return Outcome("infinite", math.inf, reason, details)
+
+    @staticmethod
+    def aborted(reason: str, **details) -> "Outcome":
+        return Outcome("aborted", math.nan, reason, details)
+
+
+Step = Send | Outcome
+
+
+class CoordinatorHalf(ABC):
+    @abstractmethod
+    def start(self) -> Step: ...
+
+    @abstractmethod
+    def advance(self, phase: str, answers: Mapping[str, Any], dropped: Mapping[str, str]) -> Step:
+        """answers: site -> decoded value; dropped: site -> why it did not answer."""
+
+
+class SiteHalf(ABC):
+    @abstractmethod
+    def answer(self, phase: str, body: Mapping[str, Any]) -> Any: ...
+
+
+class Method(ABC):
+    """A statistical method. Subclasses set `name`, `codec`, `phases`, and optional `PARAMS`.
+
+    PARAMS maps each scenario parameter of the method to (type, default); the scenario loader
+    validates against it and passes the values to __init__ as keyword arguments.
+    """
+
+    name: ClassVar[str]
+    codec: ClassVar[str]
+    phases: ClassVar[tuple[str, ...]] = ("respond",)
+    PARAMS: ClassVar[dict[str, tuple[type, Any]]] = {}
+
+    def __init__(self, alpha: float, **params: Any) -> None:
+        self.alpha = alpha
+        self.params = params
+
+    @abstractmethod
+    def coordinator(self, sizes: Mapping[str, int]) -> CoordinatorHalf:
+        """The coordinator half for one session, given n_j of the sites that joined."""
+
+    @classmethod
+    @abstractmethod
+    def site(cls, scores: np.ndarray, rng: np.random.Generator) -> SiteHalf:
+        """The site half for one session; built from the request alone, not from coordinator state."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a one-shot method decided before asking: per-site request bodies and its own notes."""
+
+    requests: dict[str, dict]
+    state: Any = None
+
+
+class OneShotMethod(Method):
+    """One round: plan from the sizes, ask every site once, combine the answers (paper 000 setting)."""
+
+    def coordinator(self, sizes: Mapping[str, int]) -> CoordinatorHalf:
+        return _OneShotCoordinator(self, dict(sizes))
+
+    @abstractmethod
+    def plan(self, sizes: dict[str, int]) -> Planned | Outcome:
+        """Per-site requests, or an Outcome when no communication can help."""
+
+    @abstractmethod
+    def combine(self, sizes: dict[str, int], planned: Planned,
+                answers: Mapping[str, Any], dropped: Mapping[str, str]) -> Outcome: ...
+
+
+class _OneShotCoordinator(CoordinatorHalf):
+    def __init__(self, method: OneShotMethod, sizes: dict[str, int]) -> None:
+        self.method, self.sizes, self.planned = method, sizes, None
+
+    def start(self) -> Step:
+        if not self.sizes:
+            return Outcome.aborted("no site joined the session")
+        planned = self.method.plan(self.sizes)
+        if isinstance(planned, Outcome):
+            return planned
+        self.planned = planned
+        return Send(self.method.phases[0], planned.requests)
+
+    def advance(self, phase, answers, dropped) -> Step:
+        if not answers:
+            return Outcome.aborted(f"no site answered ({len(dropped)} dropped)", dropped=sorted(dropped))
+        return self.method.combine(self.sizes, self.planned, answers, dropped)
+
+
+class LocalOrderStatistic(SiteHalf):
+    """Answers {"ell": l} with the site's l-th smallest score Q_(l) (paper 000 eq. 2; +inf if l > n_j)."""
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self.scores = scores
+
+    def answer(self, phase, body):
+        ell = body.get("ell")
+        if isinstance(ell, bool) or not isinstance(ell, int) or ell < 1 or set(body) != {"ell"}:
+            raise RequestError(f"expected a body {{'ell': int >= 1}}, got {dict(body)!r}")
+        return order_statistic(self.scores, ell)

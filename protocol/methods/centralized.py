@@ -1,0 +1,42 @@
+"""Centralized split conformal on the pooled calibration scores (paper 000, eq. 2).
+
+The reference every federated method is compared with. Here it runs through the same runtime:
+every site sends all its scores (codec raw_scores), so its communication cost is measured too.
+Sites that drop out simply leave fewer pooled scores; split CP stays valid on those.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protocol.conformal import split_conformal_order, split_conformal_threshold
+from protocol.methods.base import OneShotMethod, Outcome, Planned, RequestError, SiteHalf
+
+
+class Centralized(OneShotMethod):
+    name = "centralized"
+    codec = "raw_scores"
+
+    def plan(self, sizes):
+        return Planned({site: {} for site in sizes})
+
+    def combine(self, sizes, planned, answers, dropped):
+        pooled = np.concatenate([np.asarray(v, dtype=float) for v in answers.values()])
+        order = split_conformal_order(pooled.size, self.alpha)
+        return Outcome.ok(split_conformal_threshold(pooled, self.alpha), order=order,
+                          pooled=int(pooled.size), guarantee=min(1.0, order / (pooled.size + 1)),
+                          m=len(sizes), answered=len(answers), dropped=sorted(dropped))
+
+    @classmethod
+    def site(cls, scores, rng):
+        return AllScores(scores)
+
+
+class AllScores(SiteHalf):
+    def __init__(self, scores):
+        self.scores = scores
+
+    def answer(self, phase, body):
+        if body:
+            raise RequestError(f"expected an empty body, got {dict(body)!r}")
+        return self.scores

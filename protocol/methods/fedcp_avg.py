@@ -1,0 +1,26 @@
+"""FedCP-Avg: the average of local split-conformal quantiles (Lu & Kalpathy-Cramer 2021).
+
+The baseline of paper 000 (sections 2.2 and 5): site j sends its ceil((n_j + 1)(1 - alpha))-th
+smallest score and the server averages them. It carries no coverage guarantee.
+"""
+
+from __future__ import annotations
+
+from protocol.conformal import average_of_quantiles, split_conformal_order
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+
+
+class FedCPAvg(OneShotMethod):
+    name = "fedcp_avg"
+    codec = "raw_quantile"
+
+    def plan(self, sizes):
+        return Planned({site: {"ell": split_conformal_order(n, self.alpha)} for site, n in sizes.items()})
+
+    def combine(self, sizes, planned, answers, dropped):
+        return Outcome.ok(average_of_quantiles(list(answers.values())),
+                          m=len(sizes), answered=len(answers), dropped=sorted(dropped))
+
+    @classmethod
+    def site(cls, scores, rng):
+        return LocalOrderStatistic(scores)
