@@ -1,0 +1,154 @@
+"""The coordinator process's driver: membership, trial joins and method sessions over ZeroMQ.
+
+Generic: it runs whatever phases a method's coordinator half asks for, sends each site its
+request, accepts answers through the phase table (protocol.phases) until every site answered
+or the phase deadline passed, decodes bodies with the method's codec, and hands the answers
+back. Sites that miss a deadline, refuse, or send an undecodable body are dropouts for that
+session. Every refusal and dropout is written to the event log with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+from coordinator.events import EventLog
+from protocol.codecs import CODECS, PayloadError
+from protocol.methods import Method, Outcome, Send
+from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
+from protocol.randomness import join_session, method_session
+from protocol.wire import SITE_TO_COORDINATOR, Envelope
+from transport.channel import CoordinatorChannel, Incoming
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    hello: float = 60.0  # seconds for every site process to announce itself
+    join: float = 120.0  # seconds for sites to load and score their data when a trial opens
+    respond: float = 30.0  # seconds for each method phase
+
+
+class Coordinator:
+    def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines) -> None:
+        self.channel, self.events, self.deadlines = channel, events, deadlines
+        self.members: dict[str, int] = {}  # site id -> pid it reported
+        self.guard = SequenceGuard()
+
+    # -- run level ---------------------------------------------------------------------------
+
+    def await_members(self, expected: Iterable[str]) -> list[str]:
+        """The hello phase: wait until every expected site announced itself, or the deadline."""
+        expected = set(expected)
+        deadline = time.monotonic() + self.deadlines.hello
+        while not expected <= set(self.members) and time.monotonic() < deadline:
+            envelope = self._receive(deadline)
+            if envelope is not None:
+                self._reject_envelope(envelope, f"{envelope.type!r} before the run started")
+        for site in sorted(expected - set(self.members)):
+            self.events.write("dropout", site=site, phase="hello",
+                              reason=f"no hello within {self.deadlines.hello:g} s")
+        return sorted(set(self.members) & expected)
+
+    def open_trial(self, trial: int, seed: int, sites: Iterable[str]) -> tuple[dict[str, int], dict[str, str]]:
+        """The join phase: sites load and score their trial data and answer with n_j."""
+        session = join_session(trial)
+        sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
+        answers, dropped = self._phase(session, "join", sends, self.deadlines.join)
+        sizes = {}
+        for site, payload in sorted(answers.items()):
+            if payload["n"] < 1:
+                dropped[site] = f"joined with n={payload['n']} calibration points"
+                self.events.write("dropout", site=site, session=session, phase="join", reason=dropped[site])
+            else:
+                sizes[site] = payload["n"]
+        self.events.write("trial_open", trial=trial, session=session, sizes=sizes, dropped=dropped)
+        return sizes, dropped
+
+    def shutdown(self) -> None:
+        for site in sorted(self.members):
+            self.channel.send(site, "shutdown", 0, {})
+
+    # -- method sessions ---------------------------------------------------------------------
+
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
+        session = method_session(trial, index)
+        codec = CODECS[method.codec]()
+        self.events.write("session_start", trial=trial, session=session, method=method.name,
+                          sites=len(sizes))
+        half = method.coordinator(sizes)
+        step = half.start()
+        while isinstance(step, Send):
+            sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": body})
+                     for site, body in step.requests.items()}
+            answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond)
+            decoded = {}  # in site-id order, so that methods see the same order in every backend
+            for site, payload in sorted(answers.items()):
+                try:
+                    decoded[site] = codec.decode(payload["body"])
+                except PayloadError as exc:
+                    dropped[site] = f"undecodable {codec.name} body: {exc}"
+                    self.events.write("rejected", site=site, session=session, phase=step.phase,
+                                      reason=dropped[site])
+            step = half.advance(step.phase, decoded, dropped)
+        self.events.write("session_end", trial=trial, session=session, method=method.name,
+                          status=step.status, threshold=step.threshold, reason=step.reason)
+        return step
+
+    # -- one phase ---------------------------------------------------------------------------
+
+    def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float):
+        dropped: dict[str, str] = {}
+        reachable = []
+        for site, (mtype, payload) in sends.items():
+            assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
+            if self.channel.send(site, mtype, session, payload):
+                reachable.append(site)
+            else:
+                dropped[site] = "not connected"
+        collector = PhaseCollector(session, phase, frozenset(reachable))
+        deadline = time.monotonic() + timeout
+        while not collector.complete and time.monotonic() < deadline:
+            envelope = self._receive(deadline)
+            if envelope is None:
+                continue
+            reason = collector.offer(envelope)
+            if reason:
+                self._reject_envelope(envelope, reason)
+        for site, reason in collector.refusals.items():
+            dropped[site] = f"refused: {reason}"
+        for site in collector.missing():
+            dropped[site] = f"no answer within the {phase} deadline ({timeout:g} s)"
+        for site, reason in dropped.items():
+            self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
+        return collector.answers, dropped
+
+    def _receive(self, deadline: float) -> Envelope | None:
+        """Next acceptable envelope before `deadline`; hellos are absorbed into membership."""
+        incoming = self.channel.receive(timeout_s=max(0.0, deadline - time.monotonic()))
+        if incoming is None:
+            return None
+        reason = incoming.reason or self._check(incoming)
+        if reason:
+            self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
+            return None
+        envelope = incoming.envelope
+        if envelope.type == "hello":
+            self.members[envelope.sender] = envelope.payload["pid"]
+            self.events.write("hello", site=envelope.sender, pid=envelope.payload["pid"])
+            return None
+        return envelope
+
+    def _check(self, incoming: Incoming) -> str | None:
+        envelope = incoming.envelope
+        if envelope.sender != incoming.peer:
+            return f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
+        if envelope.type not in SITE_TO_COORDINATOR:
+            return f"message type {envelope.type!r} is not sent by sites"
+        if envelope.type == "hello":
+            self.guard.forget(envelope.sender)  # a (re)started site numbers from zero again
+        return self.guard.check(envelope)
+
+    def _reject_envelope(self, envelope: Envelope, reason: str) -> None:
+        self.events.write("rejected", site=envelope.sender, session=envelope.session,
+                          type=envelope.type, reason=reason)

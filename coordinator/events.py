@@ -1,0 +1,46 @@
+"""events.jsonl: one JSON object per line for joins, dropouts, rejected messages, sessions, faults.
+
+Each line is flushed as it is written, so a killed run keeps everything logged before the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+
+class EventLog:
+    def __init__(self, path: str | Path | None) -> None:
+        self._handle = open(path, "a", buffering=1) if path is not None else None
+        self.counts: dict[str, int] = {}
+
+    def write(self, event: str, **fields: Any) -> None:
+        self.counts[event] = self.counts.get(event, 0) + 1
+        if self._handle is None:
+            return
+        record = {"ts": round(time.time(), 6), "event": event, **fields}
+        self._handle.write(json.dumps(_jsonable(record), allow_nan=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+def _jsonable(value):
+    """JSON-safe copy: non-finite floats become "inf"/"-inf"/"nan", numpy scalars plain numbers."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

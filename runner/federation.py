@@ -1,0 +1,73 @@
+"""Two interchangeable ways to run a scenario's sessions.
+
+ProcessFederation: this process is the coordinator (a ZeroMQ ROUTER) and every site is its own
+OS process (a DEALER) -- the real system. InProcessFederation: the same site-side code
+(sites.local) called directly -- for tests that compare the two, and for quick studies.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.inprocess import drive
+from protocol.methods import Method, Outcome
+from protocol.randomness import method_session
+from runner.processes import SiteProcesses
+from sites.local import SiteLocal
+from transport.channel import CoordinatorChannel
+
+
+class ProcessFederation:
+    def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
+                 runtime: dict) -> None:
+        self.site_ids, self.events = site_ids, events
+        self.channel = CoordinatorChannel(runtime["bind"])
+        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]))
+        self.processes = SiteProcesses(site_ids, self.channel.endpoint, workdir, log_dir)
+        self.present: list[str] = []
+
+    def start(self) -> list[str]:
+        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint)
+        self.processes.start()
+        self.present = self.coordinator.await_members(self.site_ids)
+        return self.present
+
+    def open_trial(self, trial: int, seed: int):
+        return self.coordinator.open_trial(trial, seed, self.present)
+
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
+        return self.coordinator.run_method(trial, index, method, sizes)
+
+    def close(self) -> None:
+        self.coordinator.shutdown()
+        self.processes.stop()
+        codes = self.processes.exit_codes()
+        self.events.write("sites_stopped", exit_codes=codes)
+        self.channel.close()
+
+
+class InProcessFederation:
+    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog) -> None:
+        self.sites = {site: SiteLocal(site, workdir) for site in site_ids}
+        self.events = events
+
+    def start(self) -> list[str]:
+        return list(self.sites)
+
+    def open_trial(self, trial: int, seed: int):
+        return {site: local.open_trial(trial, seed) for site, local in self.sites.items()}, {}
+
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
+        session = method_session(trial, index)
+
+        def ask(site, phase, body):
+            return self.sites[site].answer(session, method.name, phase, body)
+
+        return drive(method, sizes, ask)
+
+    def close(self) -> None:
+        pass
+

@@ -1,0 +1,68 @@
+"""The run directory and what is written there.
+
+    scenario.yaml   the scenario exactly as run (defaults filled in, overrides applied)
+    results.csv     one row per trial and method, appended and fsync'ed as each session ends
+    events.jsonl    joins, dropouts, rejected messages, sessions (coordinator.events)
+    summary.json    per-method aggregates, written at the end (and rebuilt from results.csv)
+    logs/           one log file per site process
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import yaml
+
+RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
+                  "ell", "k", "sites", "answered", "seconds", "reason"]
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.logs = self.path / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.work = self.path / "work"
+        self.results = self.path / "results.csv"
+        self.events = self.path / "events.jsonl"
+        self.summary = self.path / "summary.json"
+
+    def write_scenario(self, scenario: dict) -> None:
+        (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+
+    def append_result(self, row: dict) -> None:
+        """Append one row and force it to disk before returning."""
+        new = not self.results.exists()
+        with open(self.results, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow({key: _cell(row.get(key)) for key in RESULT_COLUMNS})
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_results(self) -> list[dict]:
+        if not self.results.exists():
+            return []
+        with open(self.results, newline="") as handle:
+            return list(csv.DictReader(handle))
+
+    def write_summary(self, summary: dict) -> None:
+        tmp = self.summary.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+        os.replace(tmp, self.summary)
+
+
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    return value

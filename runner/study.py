@@ -1,0 +1,99 @@
+"""One run of a scenario: trials, sessions, evaluation and outputs.
+
+For each trial: build the world (data, split, model, shards) and place each site's shard on
+its storage; open the trial (sites load, score and join with n_j); run each method's session;
+evaluate the returned threshold on the test set; append the row to results.csv before the next
+session. Site processes live across all trials of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from coordinator.events import EventLog
+from models.scores import coverage_and_size
+from protocol.methods import METHODS, Outcome
+from runner.federation import InProcessFederation, ProcessFederation
+from runner.outputs import RunDirectory
+from runner.report import summarize
+from runner.world import TrialWorld, build_trial, site_ids
+from scenarios.scenario import method_params
+from sites.storage import remove_trial, write_trial
+
+BACKENDS = ("processes", "inprocess")
+
+
+def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", progress=None,
+              keep_work: bool = False) -> dict:
+    """Run `scenario` (already validated) into directory `out`; return the summary."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}")
+    rundir = RunDirectory(out)
+    rundir.write_scenario(scenario)
+    events = EventLog(rundir.events)
+    ids = site_ids(scenario["sites"]["count"])
+    methods = [(spec["label"], METHODS[spec["name"]](scenario["alpha"], **method_params(spec)))
+               for spec in scenario["methods"]]
+    if backend == "processes":
+        federation = ProcessFederation(ids, rundir.work, rundir.logs, events, scenario["runtime"])
+    else:
+        federation = InProcessFederation(ids, rundir.work, events)
+    started = time.time()
+    device = "cpu"
+    completed = 0
+    try:
+        present = federation.start()
+        events.write("run_start", scenario=scenario["name"], backend=backend, sites=len(ids),
+                     present=len(present), trials=scenario["trials"])
+        for trial in range(scenario["trials"]):
+            world = build_trial(scenario, trial)
+            device = world.model.device
+            write_trial(rundir.work, trial, world.model, world.shards)
+            sizes, _ = federation.open_trial(trial, scenario["seed"])
+            for index, (label, method) in enumerate(methods):
+                began = time.perf_counter()
+                outcome = federation.run_method(trial, index, method, sizes)
+                row = _result_row(trial, label, method, outcome, world, len(sizes),
+                                  time.perf_counter() - began)
+                rundir.append_result(row)
+                if progress is not None:
+                    progress(trial, label, row)
+            if not keep_work:
+                remove_trial(rundir.work, trial)
+            completed += 1
+    finally:
+        federation.close()
+        events.write("run_end", trials_completed=completed, seconds=round(time.time() - started, 3))
+        events.close()
+    summary = {
+        "scenario": scenario["name"], "backend": backend, "alpha": scenario["alpha"],
+        "trials": completed, "sites": len(ids), "device": device,
+        "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
+        "events": events.counts,
+    }
+    rundir.write_summary(summary)
+    return summary
+
+
+def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWorld, sites: int,
+                seconds: float) -> dict:
+    coverage, size = _evaluate(outcome, world)
+    details = outcome.details
+    return {
+        "trial": trial, "method": label, "codec": method.codec, "status": outcome.status,
+        "coverage": coverage, "size": size, "threshold": outcome.threshold,
+        "guarantee": details.get("guarantee"), "ell": details.get("ell"), "k": details.get("k"),
+        "sites": sites, "answered": details.get("answered"), "seconds": round(seconds, 6),
+        "reason": outcome.reason,
+    }
+
+
+def _evaluate(outcome: Outcome, world: TrialWorld) -> tuple[float, float]:
+    if outcome.status == "ok":
+        lower, upper = world.model.interval(world.test_base, outcome.threshold)
+        return coverage_and_size(world.y_test, lower, upper)
+    if outcome.status == "infinite":
+        return 1.0, math.inf
+    return math.nan, math.nan

@@ -1,0 +1,191 @@
+"""The multi-process system: real site processes over ZeroMQ, deadlines, bad messages."""
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from protocol.planner import plan_quantile_of_quantiles, replan_server_order
+from runner.processes import SiteProcesses
+from runner.study import run_study
+from scenarios.scenario import load_scenario
+from transport.channel import CoordinatorChannel, SiteChannel
+
+TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
+
+
+def read_events(path):
+    import json
+
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def comparable(rows):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+def test_processes_give_the_same_results_as_in_process(tmp_path):
+    scenario = load_scenario(TINY)
+    run_study(scenario, tmp_path / "proc", backend="processes")
+    run_study(scenario, tmp_path / "inproc", backend="inprocess")
+    from runner.outputs import RunDirectory
+
+    proc, inproc = RunDirectory(tmp_path / "proc").read_results(), RunDirectory(tmp_path / "inproc").read_results()
+    assert len(proc) == 2 * 3
+    assert comparable(proc) == comparable(inproc)
+    assert all(row["status"] == "ok" for row in proc)
+    hellos = [e for e in read_events(tmp_path / "proc" / "events.jsonl") if e["event"] == "hello"]
+    pids = {e["pid"] for e in hellos}
+    assert len(hellos) == 4 and len(pids) == 4 and os.getpid() not in pids  # one OS process per site
+    assert sorted(p.name for p in (tmp_path / "proc" / "logs").iterdir()) == [f"site-00{j}.log" for j in range(4)]
+
+
+def test_site_processes_are_visible_by_name(tmp_path):
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    procs = SiteProcesses(["site-000", "site-001"], channel.endpoint, tmp_path, tmp_path)
+    procs.start()
+    try:
+        coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30))
+        assert coordinator.await_members(["site-000", "site-001"]) == ["site-000", "site-001"]
+        for site, pid in procs.pids().items():
+            assert coordinator.members[site] == pid
+            assert Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"quorum-site {site}".encode())
+        coordinator.shutdown()
+        procs.stop()
+        assert procs.exit_codes() == {"site-000": 0, "site-001": 0}
+    finally:
+        procs.stop(timeout=0.1)
+        channel.close()
+
+
+class FakeSite(threading.Thread):
+    """A site speaking the protocol from a thread; `mute` sites join but never answer requests."""
+
+    def __init__(self, endpoint, site_id, scores, mute=False):
+        super().__init__(daemon=True)
+        self.endpoint, self.site_id, self.scores, self.mute = endpoint, site_id, scores, mute
+        self.stop = threading.Event()
+
+    def run(self):
+        channel = SiteChannel(self.endpoint, self.site_id, context=zmq.Context.instance())
+        channel.send("hello", 0, {"pid": os.getpid()})
+        while not self.stop.is_set():
+            incoming = channel.receive(0.05)
+            if incoming is None or incoming.envelope is None:
+                continue
+            env = incoming.envelope
+            if env.type == "open":
+                channel.send("join", env.session, {"n": len(self.scores)})
+            elif env.type == "request" and not self.mute:
+                ell = env.payload["body"]["ell"]
+                channel.send("response", env.session,
+                             {"phase": env.payload["phase"], "body": float(np.sort(self.scores)[ell - 1])})
+            elif env.type == "shutdown":
+                break
+        channel.close()
+
+
+def start_fakes(endpoint, m, n, mute=()):
+    rng = np.random.default_rng(0)
+    fakes = [FakeSite(endpoint, f"site-{j:03d}", rng.standard_normal(n), mute=f"site-{j:03d}" in mute)
+             for j in range(m)]
+    for fake in fakes:
+        fake.start()
+    return fakes
+
+
+def test_deadline_turns_a_mute_site_into_a_dropout_and_k_is_replanned(tmp_path):
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    events = EventLog(tmp_path / "events.jsonl")
+    coordinator = Coordinator(channel, events, Deadlines(hello=10, join=10, respond=0.5))
+    mute = {"site-003", "site-007"}
+    fakes = start_fakes(channel.endpoint, 12, 20, mute=mute)
+    try:
+        members = coordinator.await_members([f.site_id for f in fakes])
+        sizes, dropped = coordinator.open_trial(0, 0, members)
+        assert len(sizes) == 12 and not dropped
+        began = time.monotonic()
+        outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
+        assert time.monotonic() - began < 5  # the deadline, not a hang
+        plan = plan_quantile_of_quantiles(12, 20, 0.1)
+        assert outcome.details["answered"] == 10 and set(outcome.details["dropped"]) == mute
+        assert outcome.details["k"] == replan_server_order(10, 20, plan.ell, 0.1).k
+        answers = sorted(float(np.sort(f.scores)[plan.ell - 1]) for f in fakes if f.site_id not in mute)
+        assert outcome.threshold == answers[outcome.details["k"] - 1]
+        dropouts = [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "dropout"]
+        assert {e["site"] for e in dropouts} == mute
+        assert all("deadline" in e["reason"] for e in dropouts)
+    finally:
+        for fake in fakes:
+            fake.stop.set()
+        channel.close()
+
+
+def test_coordinator_logs_and_survives_bad_messages(tmp_path):
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=2))
+    context = zmq.Context.instance()
+    rogue = context.socket(zmq.DEALER)
+    rogue.setsockopt(zmq.ROUTING_ID, b"site-009")
+    rogue.connect(channel.endpoint)
+    fakes = start_fakes(channel.endpoint, 3, 10)
+    try:
+        rogue.send(b"\x00not msgpack")
+        from protocol.wire import Envelope, encode
+
+        rogue.send(encode(Envelope("hello", 0, "site-001", 0, {"pid": 1})))  # speaking for another site
+        rogue.send(encode(Envelope("response", 1, "site-009", 1, {"phase": "respond", "body": 1.0})))
+        members = coordinator.await_members([f.site_id for f in fakes])
+        sizes, _ = coordinator.open_trial(0, 0, members)
+        outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
+        assert outcome.status == "ok" and outcome.details["answered"] == 3
+        rejected = [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "rejected"]
+        reasons = [e["reason"] for e in rejected]
+        assert any("not a msgpack message" in r for r in reasons)
+        assert any("came from 'site-009'" in r for r in reasons)
+        # the stray response is refused whichever phase it lands in
+        assert any(e.get("site") == "site-009" and e.get("type") == "response" for e in rejected)
+        assert "site-009" not in coordinator.members
+    finally:
+        for fake in fakes:
+            fake.stop.set()
+        rogue.close(linger=0)
+        channel.close()
+
+
+def test_live_site_process_survives_bad_messages(tmp_path):
+    scenario = load_scenario(TINY)
+    from runner.world import build_trial
+    from sites.storage import write_trial
+
+    world = build_trial(scenario, 0)
+    write_trial(tmp_path, 0, world.model, world.shards)
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
+    procs.start()
+    try:
+        coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=30, join=30, respond=5))
+        assert coordinator.await_members(["site-000"]) == ["site-000"]
+        channel.socket.send_multipart([b"site-000", b"\xc1\xc1garbage"])
+        channel.socket.send_multipart([b"site-000", b"x" * 100, b"two frames"])
+        channel.send("site-000", "request", 0, {"method": "fedcp_qq", "phase": "respond", "body": {"ell": 1}})
+        channel.send("site-000", "request", 999, {"method": "nonsense", "phase": "respond", "body": {}})
+        time.sleep(0.5)
+        sizes, _ = coordinator.open_trial(0, scenario["seed"], ["site-000"])
+        assert sizes == {"site-000": len(world.shards["site-000"][1])}
+        outcome = coordinator.run_method(0, 0, METHODS["centralized"](0.1), sizes)
+        assert outcome.status in ("ok", "infinite") and outcome.details["pooled"] == sizes["site-000"]
+        log = (tmp_path / "site-000.log").read_text()
+        assert "rejected a message" in log and "not a msgpack message" in log and "expected one frame" in log
+        assert procs.processes["site-000"].is_alive()
+        coordinator.shutdown()
+    finally:
+        procs.stop()
+        channel.close()

@@ -1,0 +1,103 @@
+"""ZeroMQ plumbing shared by the two drivers: a ROUTER at the coordinator, one DEALER per site.
+
+A channel sends envelopes (numbering them) and receives frames, decoding them into an
+`Incoming`: either an envelope or the reason it was refused. It knows nothing of phases.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import zmq
+
+from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
+
+COORDINATOR_ID = "coordinator"
+
+
+@dataclass(frozen=True)
+class Incoming:
+    peer: str  # routing identity (at the coordinator) or "coordinator" (at a site)
+    nbytes: int
+    envelope: Envelope | None = None
+    reason: str | None = None  # set when the frames could not be accepted
+
+
+class _Channel:
+    def __init__(self, socket: zmq.Socket, sender: str, max_bytes: int) -> None:
+        self.socket, self.sender, self.max_bytes = socket, sender, max_bytes
+        self._seq = itertools.count()
+        self.poller = zmq.Poller()
+        self.poller.register(socket, zmq.POLLIN)
+
+    def _pack(self, mtype: str, session: int, payload: dict) -> bytes:
+        return encode(Envelope(mtype, session, self.sender, next(self._seq), payload))
+
+    def _poll(self, timeout_s: float) -> bool:
+        return bool(self.poller.poll(max(0, int(timeout_s * 1000))))
+
+    def _decode(self, peer: str, data: bytes, nbytes: int) -> Incoming:
+        try:
+            return Incoming(peer, nbytes, envelope=decode(data, max_bytes=self.max_bytes))
+        except WireError as exc:
+            return Incoming(peer, nbytes, reason=str(exc))
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+class CoordinatorChannel(_Channel):
+    def __init__(self, endpoint: str, *, context: zmq.Context | None = None,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        context = context or zmq.Context.instance()
+        socket = context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished site raises, not drops
+        socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        socket.bind(endpoint)
+        self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        super().__init__(socket, COORDINATOR_ID, max_bytes)
+
+    def send(self, site: str, mtype: str, session: int, payload: dict) -> bool:
+        """False when the site is not connected (ZeroMQ cannot route to it)."""
+        data = self._pack(mtype, session, payload)
+        try:
+            self.socket.send_multipart([site.encode("utf-8"), data], flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return False
+        return True
+
+    def receive(self, timeout_s: float) -> Incoming | None:
+        if not self._poll(timeout_s):
+            return None
+        frames = self.socket.recv_multipart()
+        peer = frames[0].decode("utf-8", errors="replace")
+        nbytes = sum(len(f) for f in frames[1:])
+        if len(frames) != 2:
+            return Incoming(peer, nbytes, reason=f"expected one message frame, got {len(frames) - 1}")
+        return self._decode(peer, frames[1], nbytes)
+
+
+class SiteChannel(_Channel):
+    def __init__(self, endpoint: str, site_id: str, *, context: zmq.Context | None = None,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        context = context or zmq.Context.instance()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 1000)  # let a last answer leave before exit
+        socket.setsockopt(zmq.ROUTING_ID, site_id.encode("utf-8"))
+        socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        socket.connect(endpoint)
+        super().__init__(socket, site_id, max_bytes)
+
+    def send(self, mtype: str, session: int, payload: dict) -> None:
+        self.socket.send(self._pack(mtype, session, payload))
+
+    def receive(self, timeout_s: float) -> Incoming | None:
+        if not self._poll(timeout_s):
+            return None
+        frames = self.socket.recv_multipart()
+        nbytes = sum(len(f) for f in frames)
+        if len(frames) != 1:
+            return Incoming(COORDINATOR_ID, nbytes, reason=f"expected one frame, got {len(frames)}")
+        return self._decode(COORDINATOR_ID, frames[0], nbytes)
