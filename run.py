@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Quorum's command line: run scenarios, plan FedCP-QQ orders, validate files, start a site."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from scenarios.schema import ScenarioError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Quorum: federated conformal prediction and statistics over ZeroMQ."""
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), help="Run directory (default runs/NAME-TIMESTAMP).")
+@click.option("--trials", type=click.IntRange(min=1), help="Override the scenario's number of trials.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario field, e.g. --set sites.count=10 (repeatable).")
+@click.option("--backend", type=click.Choice(["processes", "inprocess"]), default="processes",
+              show_default=True, help="processes: one OS process per site over ZeroMQ; inprocess: no sockets.")
+@click.option("--keep-work", is_flag=True, help="Keep each trial's site shards and model under DIR/work.")
+def run(scenario, out, trials, overrides, backend, keep_work):
+    """Run SCENARIO and write results.csv, summary.json, events.jsonl and the scenario as run."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runner.report import summary_table
+    from runner.study import run_study
+    from scenarios.scenario import load_scenario
+
+    overrides = list(overrides) + ([f"trials={trials}"] if trials else [])
+    spec = _load_or_exit(load_scenario, scenario, overrides)
+    out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out / "results.csv").exists():
+        raise click.ClickException(f"{out} already holds results.csv; choose another --out")
+    console = Console()
+    console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
+                  f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
+    sessions = spec["trials"] * len(spec["methods"])
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("sessions", total=sessions)
+
+        def progress(trial, label, row):
+            bar.update(task, advance=1, description=f"trial {trial + 1}/{spec['trials']} {label:<12}")
+
+        summary = run_study(spec, out, backend=backend, progress=progress, keep_work=keep_work)
+    console.print(summary_table(summary["methods"], spec["alpha"]))
+    console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/")
+
+
+@cli.command()
+@click.option("--alpha", type=float, required=True, help="Miscoverage level, in (0, 1).")
+@click.option("--sites", "m", type=click.IntRange(min=1), required=True, help="Number of sites m.")
+@click.option("--n", "n", type=click.IntRange(min=1), required=True, help="Calibration points per site.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@click.option("--table", is_flag=True, help="Also give the full table M, indexed [ell-1][k-1].")
+def plan(alpha, m, n, as_json, table):
+    """(ell*, k*) of FedCP-QQ and its exact coverage (paper 000, eq. 5-6)."""
+    from protocol.orderstats import qq_coverage_table
+    from protocol.planner import plan_quantile_of_quantiles
+
+    if not 0 < alpha < 1:
+        raise click.BadParameter("must lie in (0, 1)", param_hint="--alpha")
+    result = plan_quantile_of_quantiles(m, n, alpha).as_dict()
+    if table:
+        result["M"] = qq_coverage_table(m, n).tolist()
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    if result["ell"] is None:
+        click.echo(result["reason"])
+    else:
+        click.echo(f"m={m} n={n} alpha={alpha}: ell*={result['ell']} k*={result['k']} "
+                   f"coverage={result['coverage']:.12f}")
+    if table:
+        for ell, row in enumerate(result["M"], start=1):
+            click.echo(f"ell={ell:>4}: " + " ".join(f"{v:.4f}" for v in row))
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def validate(scenario, overrides):
+    """Check SCENARIO without running it."""
+    from scenarios.scenario import load_scenario
+
+    spec = _load_or_exit(load_scenario, scenario, list(overrides))
+    click.echo(f"{scenario}: OK ({spec['name']}: {spec['sites']['count']} sites, {spec['trials']} trials, "
+               f"methods {', '.join(m['label'] for m in spec['methods'])})")
+
+
+@cli.command()
+@click.option("--connect", required=True, help="Coordinator endpoint, e.g. tcp://HOST:PORT.")
+@click.option("--site-id", required=True, help="This site's id, e.g. site-007.")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="Where this site's trial shards and model are stored.")
+@click.option("--idle-timeout", type=float, default=3600.0, show_default=True,
+              help="Exit after this many seconds without a message.")
+def site(connect, site_id, workdir, idle_timeout):
+    """Run one site process (the launcher starts these itself for local runs)."""
+    import logging
+
+    from sites.driver import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(serve(site_id, connect, workdir, idle_timeout=idle_timeout))
+
+
+def _load_or_exit(load, path, overrides):
+    try:
+        return load(path, overrides)
+    except ScenarioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli()

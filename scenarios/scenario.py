@@ -1,0 +1,123 @@
+"""The scenario format: what a scenario file may contain, and `load_scenario`.
+
+Top-level fields (see README, "Scenario format"):
+    name, description, seed, trials, alpha
+    data      source-specific fields (data.sources.SOURCES[source].PARAMS)
+    split     train / calibration / test fractions
+    sites     count, sizes ("equal" or a list of n_j)
+    model     kind, device, params (models.MODELS[kind].PARAMS)
+    methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
+    runtime   bind address and per-phase deadlines
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from data.sources import SOURCES
+from models import MODELS
+from protocol.methods import METHODS
+from scenarios.schema import ScenarioError, apply_overrides, read_yaml, validate
+
+SCENARIO_FIELDS = {
+    "name": {"type": "str"},
+    "description": {"type": "str", "default": ""},
+    "seed": {"type": "int", "min": 0, "default": 0},
+    "trials": {"type": "int", "min": 1, "default": 1},
+    "alpha": {"type": "float", "gt": 0, "lt": 1, "default": 0.1},
+    "data": {"type": "any"},
+    "split": {"type": "map", "fields": {
+        "train": {"type": "float", "gt": 0, "lt": 1, "default": 0.4},
+        "calibration": {"type": "float", "gt": 0, "lt": 1, "default": 0.4},
+        "test": {"type": "float", "ge": 0, "lt": 1, "default": 0.2},
+    }},
+    "sites": {"type": "map", "fields": {
+        "count": {"type": "int", "min": 1},
+        "sizes": {"type": "sizes", "default": "equal"},
+    }},
+    "model": {"type": "any"},
+    "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},
+    "runtime": {"type": "map", "fields": {
+        "bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
+        "deadlines": {"type": "map", "fields": {
+            "hello": {"type": "float", "gt": 0, "default": 60.0},
+            "join": {"type": "float", "gt": 0, "default": 120.0},
+            "respond": {"type": "float", "gt": 0, "default": 30.0},
+        }},
+    }},
+}
+DEVICES = ["auto", "cpu", "cuda"]
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Read, override and validate a scenario file; errors name the file, field and expectation."""
+    raw = read_yaml(path)
+    try:
+        return validate_scenario(apply_overrides(raw, list(overrides)))
+    except ScenarioError as exc:
+        raise exc.in_file(str(path)) from None
+
+
+def validate_scenario(raw: dict) -> dict:
+    scenario = validate({"type": "map", "fields": SCENARIO_FIELDS}, raw, "")
+    scenario["data"] = _select("data", "source", SOURCES, scenario["data"])
+    scenario["model"] = _validate_model(scenario["model"])
+    scenario["methods"] = [_validate_method(i, spec) for i, spec in enumerate(scenario["methods"])]
+    _cross_checks(scenario)
+    return scenario
+
+
+def method_params(spec: dict) -> dict:
+    """The keyword arguments of a validated method entry (everything but name and label)."""
+    return {key: value for key, value in spec.items() if key not in ("name", "label")}
+
+
+def _select(path: str, key: str, registry: dict, value) -> dict:
+    if not isinstance(value, dict):
+        raise ScenarioError(path, "a mapping", value)
+    choice = validate({"type": "str", "choices": sorted(registry)}, value.get(key), f"{path}.{key}")
+    fields = {key: {"type": "str"}, **registry[choice].PARAMS}
+    return validate({"type": "map", "fields": fields}, value, path)
+
+
+def _validate_model(value) -> dict:
+    if not isinstance(value, dict):
+        raise ScenarioError("model", "a mapping with 'kind'", value)
+    kind = validate({"type": "str", "choices": sorted(MODELS)}, value.get("kind"), "model.kind")
+    fields = {"kind": {"type": "str"}, "device": {"type": "str", "choices": DEVICES, "default": "auto"},
+              "params": {"type": "map", "fields": MODELS[kind].PARAMS}}
+    return validate({"type": "map", "fields": fields}, value, "model")
+
+
+def _validate_method(index: int, value) -> dict:
+    path = f"methods[{index}]"
+    if not isinstance(value, dict):
+        raise ScenarioError(path, "a mapping with 'name'", value)
+    name = validate({"type": "str", "choices": sorted(METHODS)}, value.get("name"), f"{path}.name")
+    fields = {"name": {"type": "str"}, "label": {"type": "str", "default": name}, **METHODS[name].PARAMS}
+    return validate({"type": "map", "fields": fields}, value, path)
+
+
+def _cross_checks(s: dict) -> None:
+    split, sites, data = s["split"], s["sites"], s["data"]
+    total = split["train"] + split["calibration"] + split["test"]
+    if total > 1 + 1e-9:
+        raise ScenarioError("split", "fractions adding up to at most 1", total)
+    separate_test = bool(data.get("n_test"))
+    if separate_test and split["test"] > 0:
+        raise ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
+    if not separate_test and split["test"] == 0:
+        raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
+    sizes = sites["sizes"]
+    if isinstance(sizes, list) and len(sizes) != sites["count"]:
+        raise ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)
+    if "n" in data:
+        capacity = int(split["calibration"] * data["n"])
+        needed = sum(sizes) if isinstance(sizes, list) else sites["count"]
+        if needed > capacity:
+            raise ScenarioError("sites", f"at most {capacity} calibration points in all "
+                                f"(calibration fraction x data.n)", f"{needed} needed")
+    labels = [m["label"] for m in s["methods"]]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ScenarioError("methods", "distinct labels (add 'label:' to tell entries apart)", duplicates)

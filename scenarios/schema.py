@@ -1,0 +1,216 @@
+"""Scenario files: loading, `--set` overrides, and validation with errors that name the field.
+
+Specs are plain data so that methods, models and data sources can declare their own
+parameters without importing this module:
+
+    {"type": "int", "min": 1, "default": 20}
+    {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le")
+    {"type": "str", "choices": [...]}              {"type": "bool"}
+    {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1}
+    {"type": "sizes"}   "equal" or a list of positive integers, one per site
+    {"type": "any"}     left to a later check
+
+A field without "default" is required. Unknown fields are errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REQUIRED = object()
+
+
+class ScenarioError(ValueError):
+    """A scenario problem: `file`, `field` (dotted path) and what was expected."""
+
+    def __init__(self, field: str, expectation: str, got: Any = REQUIRED, file: str | None = None):
+        self.file, self.field, self.expectation, self.got = file, field, expectation, got
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        got = "" if self.got is REQUIRED else f", got {self.got!r}"
+        return f"{where}field '{self.field}': expected {self.expectation}{got}"
+
+    def in_file(self, file: str) -> "ScenarioError":
+        return ScenarioError(self.field, self.expectation, self.got, file)
+
+
+def validate(spec: dict, value: Any, path: str) -> Any:
+    """Check `value` against `spec`; return it with defaults filled in."""
+    kind = spec["type"]
+    check = _CHECKS.get(kind)
+    if check is None:
+        raise ValueError(f"unknown spec type {kind!r} at {path}")
+    return check(spec, value, path)
+
+
+def _int(spec, value, path):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(path, _describe(spec), value)
+    _bounds(spec, value, path)
+    return value
+
+
+def _float(spec, value, path):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(path, _describe(spec), value)
+    _bounds(spec, float(value), path)
+    return float(value)
+
+
+def _str(spec, value, path):
+    if not isinstance(value, str):
+        raise ScenarioError(path, _describe(spec), value)
+    choices = spec.get("choices")
+    if choices is not None and value not in choices:
+        raise ScenarioError(path, _describe(spec), value)
+    return value
+
+
+def _bool(spec, value, path):
+    if not isinstance(value, bool):
+        raise ScenarioError(path, "true or false", value)
+    return value
+
+
+def _map(spec, value, path):
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ScenarioError(path, "a mapping", value)
+    fields = spec["fields"]
+    for key in value:
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            expectation = f"no field '{key}' here (known: {', '.join(fields)})"
+            if hint:
+                expectation += f"; did you mean '{hint[0]}'?"
+            raise ScenarioError(_join(path, key), expectation)
+    out = {}
+    for key, sub in fields.items():
+        if key in value:
+            out[key] = validate(sub, value[key], _join(path, key))
+        elif "default" in sub:
+            out[key] = copy.deepcopy(sub["default"])
+        elif sub["type"] == "map":  # an absent section takes its fields' defaults
+            out[key] = validate(sub, {}, _join(path, key))
+        else:
+            raise ScenarioError(_join(path, key), f"{_describe(sub)} (required)")
+    return out
+
+
+def _list(spec, value, path):
+    if not isinstance(value, list):
+        raise ScenarioError(path, "a list", value)
+    if len(value) < spec.get("min_len", 0):
+        raise ScenarioError(path, f"a list of at least {spec['min_len']} item(s)", value)
+    return [validate(spec["of"], item, f"{path}[{i}]") for i, item in enumerate(value)]
+
+
+def _sizes(spec, value, path):
+    if value == "equal":
+        return value
+    if (isinstance(value, list) and value
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        return value
+    raise ScenarioError(path, "'equal' or a list of positive integers (one n_j per site)", value)
+
+
+def _any(spec, value, path):
+    return value
+
+
+_CHECKS = {"int": _int, "float": _float, "str": _str, "bool": _bool, "map": _map,
+           "list": _list, "sizes": _sizes, "any": _any}
+
+
+def _bounds(spec, value, path):
+    ok = (("min" not in spec or value >= spec["min"]) and ("max" not in spec or value <= spec["max"])
+          and ("gt" not in spec or value > spec["gt"]) and ("lt" not in spec or value < spec["lt"])
+          and ("ge" not in spec or value >= spec["ge"]) and ("le" not in spec or value <= spec["le"]))
+    if not ok:
+        raise ScenarioError(path, _describe(spec), value)
+
+
+def _describe(spec) -> str:
+    kind = spec["type"]
+    if kind == "str" and spec.get("choices") is not None:
+        return "one of " + ", ".join(repr(c) for c in spec["choices"])
+    words = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+             "map": "a mapping", "list": "a list", "sizes": "'equal' or a list of sizes", "any": "a value"}
+    text = words[kind]
+    limits = [f"{op} {spec[key]}" for key, op in
+              (("min", ">="), ("ge", ">="), ("gt", ">"), ("max", "<="), ("le", "<="), ("lt", "<"))
+              if key in spec]
+    return text + (" " + " and ".join(limits) if limits else "")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and overrides
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError("(file)", f"a readable scenario file ({exc.strerror})", file=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError("(file)", f"valid YAML{where}: {getattr(exc, 'problem', exc)}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("(top level)", "a mapping of scenario fields", data, file=str(path))
+    return data
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `dotted.key=value` overrides (values parsed as YAML; list items by index)."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError(item, "an override of the form dotted.key=value")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        parts = key.strip().split(".")
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            node = _child(node, part, ".".join(parts[: i + 1]))
+        _assign(node, parts[-1], value, key)
+    return data
+
+
+def _child(node, part, path):
+    if isinstance(node, list):
+        index = _index(node, part, path)
+        return node[index]
+    if not isinstance(node, dict):
+        raise ScenarioError(path, "a mapping or list to descend into", node)
+    return node.setdefault(part, {})
+
+
+def _assign(node, part, value, path):
+    if isinstance(node, list):
+        node[_index(node, part, path)] = value
+    elif isinstance(node, dict):
+        node[part] = value
+    else:
+        raise ScenarioError(path, "a mapping or list to set a value in", node)
+
+
+def _index(node, part, path):
+    if not part.isdigit() or int(part) >= len(node):
+        raise ScenarioError(path, f"a list index below {len(node)}", part)
+    return int(part)

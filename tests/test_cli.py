@@ -1,0 +1,60 @@
+"""run.py: plan, validate and run as a user calls them."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from protocol.orderstats import qq_coverage
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, check=True):
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stdout + result.stderr)
+    return result
+
+
+def test_plan_json():
+    out = json.loads(cli("plan", "--alpha", "0.1", "--sites", "5", "--n", "10", "--json").stdout)
+    assert (out["ell"], out["k"]) == (10, 3)
+    assert out["coverage"] == pytest.approx(0.9256259545517654, abs=1e-12)
+
+
+def test_plan_table_is_indexed_ell_then_k():
+    out = json.loads(cli("plan", "--alpha", "0.1", "--sites", "4", "--n", "6", "--json", "--table").stdout)
+    assert len(out["M"]) == 6 and len(out["M"][0]) == 4
+    assert out["M"][4][2] == pytest.approx(qq_coverage(4, 6, 5, 3), abs=1e-15)
+    assert out["M"][out["ell"] - 1][out["k"] - 1] == out["coverage"]
+
+
+def test_plan_text_and_infinite_case():
+    assert "ell*=18 k*=35" in cli("plan", "--alpha", "0.1", "--sites", "50", "--n", "20").stdout
+    out = json.loads(cli("plan", "--alpha", "0.1", "--sites", "1", "--n", "5", "--json").stdout)
+    assert out["ell"] is None and "whole line" in out["reason"]
+
+
+def test_validate_reports_errors_with_exit_code_2(tmp_path):
+    assert "OK" in cli("validate", "scenarios/quickstart.yaml").stdout
+    result = cli("validate", "scenarios/quickstart.yaml", "--set", "alpha=2", check=False)
+    assert result.returncode == 2
+    assert "scenarios/quickstart.yaml: field 'alpha': expected a number > 0 and < 1, got 2" in result.stderr
+
+
+def test_run_writes_the_outputs(tmp_path):
+    out = tmp_path / "run"
+    result = cli("run", "tests/scenarios/tiny.yaml", "--out", str(out), "--trials", "1")
+    assert "fedcp_qq" in result.stdout
+    assert {p.name for p in out.iterdir()} >= {"scenario.yaml", "results.csv", "events.jsonl", "summary.json", "logs"}
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [r["method"] for r in rows] == ["fedcp_qq", "fedcp_avg", "centralized"]
+    assert {"trial", "method", "coverage", "size"} <= set(rows[0])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trials"] == 1 and set(summary["methods"]) == {"fedcp_qq", "fedcp_avg", "centralized"}
+    assert cli("run", "tests/scenarios/tiny.yaml", "--out", str(out), check=False).returncode != 0  # no overwrite

@@ -1,0 +1,92 @@
+"""Scenario files: every shipped file validates; bad ones get file, field and expectation."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scenarios.scenario import load_scenario
+from scenarios.schema import ScenarioError, apply_overrides
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_scenarios_validate(path):
+    assert load_scenario(path)["name"]
+
+
+def test_quickstart_is_the_papers_synthetic_setting():
+    s = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    assert s["sites"] == {"count": 50, "sizes": "equal"}
+    assert s["data"] == {"source": "synthetic", "generator": "romano2019", "n": 2000, "n_test": 5000}
+    assert int(s["split"]["calibration"] * s["data"]["n"]) // 50 == 20
+    assert s["model"]["kind"] == "cqr_forest" and s["model"]["params"]["n_estimators"] == 1000
+    assert s["alpha"] == 0.1 and s["trials"] == 20
+    assert [m["name"] for m in s["methods"]] == ["fedcp_qq", "fedcp_avg", "centralized"]
+
+
+def write(tmp_path, data):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def base():
+    return yaml.safe_load((ROOT / "tests" / "scenarios" / "tiny.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate,field,fragment", [
+    (lambda d: d["sites"].update(count="four"), "sites.count", "an integer >= 1"),
+    (lambda d: d["sites"].update(cuont=4), "sites.cuont", "did you mean 'count'"),
+    (lambda d: d.pop("name"), "name", "(required)"),
+    (lambda d: d.update(alpha=1.5), "alpha", "a number > 0 and < 1"),
+    (lambda d: d["model"].update(kind="svm"), "model.kind", "one of 'cqr_forest', 'ridge'"),
+    (lambda d: d["methods"].append({"name": "fedcp_qqq"}), "methods[3].name", "one of"),
+    (lambda d: d["methods"].append({"name": "fedcp_qq"}), "methods", "distinct labels"),
+    (lambda d: d["sites"].update(sizes=[10, 10]), "sites.sizes", "one size per site (4 values)"),
+    (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal' or a list"),
+    (lambda d: d["split"].update(train=0.9), "split", "fractions adding up to at most 1"),
+    (lambda d: d["sites"].update(count=500), "sites", "at most 160 calibration points"),
+    (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'romano2019'"),
+    (lambda d: d["runtime"]["deadlines"].update(respond=0), "runtime.deadlines.respond", "a number > 0"),
+    (lambda d: d["model"].update(params={"trees": 3}), "model.params.trees", "no field 'trees'"),
+])
+def test_errors_name_file_field_and_expectation(tmp_path, mutate, field, fragment):
+    data = base()
+    mutate(data)
+    path = write(tmp_path, data)
+    with pytest.raises(ScenarioError) as excinfo:
+        load_scenario(path)
+    message = str(excinfo.value)
+    assert message.startswith(f"{path}: field '{field}': expected")
+    assert fragment in message
+
+
+def test_yaml_syntax_errors_give_the_line(tmp_path):
+    path = write(tmp_path, "name: x\nsites: {count: 4\n")
+    with pytest.raises(ScenarioError, match=r"bad.yaml: .*valid YAML at line \d+"):
+        load_scenario(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ScenarioError, match="a readable scenario file"):
+        load_scenario(tmp_path / "nope.yaml")
+
+
+def test_overrides_reach_nested_fields_and_list_items():
+    data = apply_overrides(base(), ["sites.count=8", "methods.0.label=qq", "runtime.deadlines.join=5.5"])
+    assert data["sites"]["count"] == 8 and data["methods"][0]["label"] == "qq"
+    assert data["runtime"]["deadlines"]["join"] == 5.5
+    with pytest.raises(ScenarioError, match="a list index below 3"):
+        apply_overrides(base(), ["methods.7.label=x"])
+    with pytest.raises(ScenarioError, match="dotted.key=value"):
+        apply_overrides(base(), ["sites.count"])
+
+
+def test_defaults_are_filled_in():
+    s = load_scenario(ROOT / "tests" / "scenarios" / "tiny.yaml")
+    assert s["model"]["device"] == "auto" and s["model"]["params"]["alphas"]
+    assert s["methods"][0] == {"name": "fedcp_qq", "label": "fedcp_qq"}
+    assert s["runtime"]["bind"] == "tcp://127.0.0.1:*"
