@@ -1,0 +1,28 @@
+# Two commands do everything on a fresh clone:
+#   make demo   create .venv, install pinned dependencies, run scenarios/quickstart.yaml
+#   make test   create .venv, install pinned dependencies, run the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test test-all bench clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) run.py run scenarios/quickstart.yaml --out runs/quickstart-$$(date +%Y%m%d-%H%M%S)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) bench/plan_time.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis
