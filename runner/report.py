@@ -42,12 +42,13 @@ def summary_table(summary: dict[str, dict], alpha: float):
     from rich.table import Table
 
     table = Table(title=f"Per-method results (target coverage {1 - alpha:g})")
-    for column in ("method", "codec", "trials", "ok / inf / abort", "coverage mean ± sd",
-                   "min", "guarantee", "size mean", "size median"):
-        table.add_column(column, justify="left" if column in ("method", "codec") else "right")
+    for column in ("method", "codec", "ok/inf/abort", "coverage", "sd", "min", "guarantee",
+                   "size", "size median"):
+        table.add_column(column, justify="left" if column in ("method", "codec") else "right",
+                         no_wrap=True)
     for method, s in summary.items():
-        table.add_row(method, s["codec"], str(s["trials"]), f"{s['ok']} / {s['infinite']} / {s['aborted']}",
-                      _fmt(s["coverage_mean"]) + " ± " + _fmt(s["coverage_std"]), _fmt(s["coverage_min"]),
+        table.add_row(method, s["codec"], f"{s['ok']}/{s['infinite']}/{s['aborted']}",
+                      _fmt(s["coverage_mean"]), _fmt(s["coverage_std"]), _fmt(s["coverage_min"]),
                       _fmt(s["guarantee_mean"]), _fmt(s["size_mean"]), _fmt(s["size_median"]))
     return table
 
