@@ -61,6 +61,8 @@ class RunDirectory:
 def _cell(value):
     if value is None:
         return ""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalars: write the number, not np.float64(...)
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
