@@ -1,57 +1,113 @@
-"""Choosing the orders (ell, k) of the quantile-of-quantiles (paper 000, eq. 6).
+"""Choosing the orders of the quantile of quantiles: who sends which local order statistic, and
+which of the answers the server keeps.
 
-(ell*, k*) = argmin { M[ell, k] : M[ell, k] >= 1 - alpha }.
+Equal sizes (paper 000, eq. 6): (ell*, k*) = argmin {M[ell, k] : M[ell, k] >= 1 - alpha}. M is
+non-decreasing in ell and in k (appendix A.2), so for each ell the feasible k form an interval
+[k_min(ell), m]; a vectorized bisection finds k_min for every ell at once.
 
-M is non-decreasing in ell and in k (paper 000, appendix A.2), so for each ell the feasible k
-form an interval [k_min(ell), m] and the smallest feasible coverage for that ell is
-M[ell, k_min(ell)]. We find k_min for all ell at once by a vectorized bisection seeded with the
-approximation E[U_(ell,k)] ~ G_ell^{-1}(k / (m + 1)), then take the argmin over ell.
+Unequal sizes (appendix A.1): the paper's rule fixes ell_j = ceil((1 - alpha)(n_j + 1)) and
+takes the smallest valid k; `protocol.optimizer` chooses every ell_j. Both coverages are exact
+(protocol.unbalanced).
+
+Dropouts. Sites are asked before we know who will answer, so only k can change afterwards.
+A plan is robust to d dropouts when M(ell, m - d) >= 1 - alpha: for any set R of at least m - d
+answering sites, max_{j in R} U_j is at least the (m - d)-th smallest of all m, so k = |R| is
+valid for R whatever R is. After the answers arrive, `replan_after_dropouts` takes the
+smallest valid k for the sites that answered (valid when dropping out does not depend on the
+scores); when none exists the outcome is the whole line, with the reason.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import betainc
 
-from protocol.conformal import check_alpha
+from protocol.conformal import check_alpha, split_conformal_order
 from protocol.orderstats import qq_coverage
+from protocol.unbalanced import coverage_all_k, coverage_unbalanced
 
-#: Coverages are computed to ~1e-15; a plan whose coverage is within this of 1 - alpha counts as
-#: reaching it (so that exact cases such as n = 1, M = k / (m + 1) are not lost to rounding).
+#: Coverages are computed to ~1e-13; a plan within this of 1 - alpha counts as reaching it (so
+#: that exact cases such as n = 1, M = k / (m + 1) = 1 - alpha are not lost to rounding).
 COVERAGE_TOLERANCE = 1e-12
+
+#: Probability level of the conditional guarantee reported with each plan (theorem 3.3).
+CONDITIONAL_DELTA = 0.05
 
 
 @dataclass(frozen=True)
 class QQPlan:
-    """Orders for FedCP-QQ and the exact coverage they guarantee.
+    """Per-site orders `ells`, server order `k`, and the exact coverage they guarantee.
 
-    `ell` and `k` are None when no pair reaches 1 - alpha: the only valid set is then the whole
+    `ells` and `k` are None when no plan reaches 1 - alpha: the only valid set is then the whole
     line (the infinite quantile of paper 000 eq. 2), and `reason` says why.
     """
 
-    m: int
-    n: int
+    sizes: tuple[int, ...]
     alpha: float
-    ell: int | None
+    ells: tuple[int, ...] | None
     k: int | None
     coverage: float
+    rule: str = "optimal"
+    dropouts: int = 0
     reason: str = ""
 
     @property
-    def infinite(self) -> bool:
-        return self.ell is None
+    def m(self) -> int:
+        return len(self.sizes)
 
-    def as_dict(self) -> dict:
-        out = {"m": self.m, "n": self.n, "alpha": self.alpha, "ell": self.ell, "k": self.k,
-               "coverage": self.coverage}
+    @property
+    def infinite(self) -> bool:
+        return self.ells is None
+
+    @property
+    def ell(self) -> int | None:
+        """The common local order, or None when sites use different ones."""
+        if self.ells is None or len(set(self.ells)) != 1:
+            return None
+        return self.ells[0]
+
+    def conditional_bound(self, delta: float = CONDITIONAL_DELTA) -> float | None:
+        """Theorem 3.3: with probability >= 1 - delta over the calibration data, the miscoverage
+        is at most alpha + sqrt(log(1/delta) / (2N)), when L >= (1 - alpha) N; None otherwise.
+
+        L = ell * k for equal sizes; for unequal sizes the proof (appendix C.2) needs only a
+        lower bound on the number of scores at or below Q, and at least the k smallest ell_j
+        of the finite answers lie there, so L is their sum.
+        """
+        if self.infinite:
+            return None
+        total = sum(self.sizes)
+        finite = sorted(e for e, n in zip(self.ells, self.sizes) if e <= n)
+        at_most_q = sum(finite[: self.k])
+        if at_most_q < (1.0 - self.alpha) * total:
+            return None
+        return self.alpha + math.sqrt(math.log(1.0 / delta) / (2.0 * total))
+
+    def as_dict(self, per_site: bool = False) -> dict:
+        equal = len(set(self.sizes)) == 1 and not per_site
+        out = {"m": self.m, "alpha": self.alpha, "rule": self.rule, "dropouts": self.dropouts}
+        if equal:
+            out.update(n=self.sizes[0], ell=self.ell if self.ells is not None else None)
+        else:
+            out.update(sizes=list(self.sizes), ell=list(self.ells) if self.ells is not None else None)
+        out.update(k=self.k, coverage=self.coverage)
+        bound = self.conditional_bound()
+        out["conditional"] = ({"delta": CONDITIONAL_DELTA, "miscoverage_bound": bound}
+                              if bound is not None else None)
         if self.reason:
             out["reason"] = self.reason
         return out
 
 
-def smallest_valid_k(m: int, n: int, ell, alpha: float):
+# ---------------------------------------------------------------------------------------------
+# Equal sizes
+
+
+def smallest_valid_k(m: int, n: int, ell, alpha: float, *, at_least=None):
     """For each ell, the smallest k with M[ell, k] >= 1 - alpha, and that coverage.
 
     Returns (k, coverage) arrays; k is 0 and coverage NaN where even k = m falls short.
@@ -92,35 +148,124 @@ def smallest_valid_k(m: int, n: int, ell, alpha: float):
     return k_out, cov_out
 
 
-def plan_quantile_of_quantiles(m: int, n: int, alpha: float) -> QQPlan:
-    """(ell*, k*) of paper 000 eq. (6) for m sites with n scores each."""
+@lru_cache(maxsize=256)
+def plan_quantile_of_quantiles(m: int, n: int, alpha: float, dropouts: int = 0) -> QQPlan:
+    """(ell*, k*) of paper 000 eq. (6) for m sites with n scores each, robust to `dropouts`."""
     check_alpha(alpha)
+    _check_dropouts(m, dropouts)
+    sizes = (n,) * m
     ells = np.arange(1, n + 1)
-    ks, covs = smallest_valid_k(m, n, ells, alpha)
+    if dropouts:
+        robust = np.asarray(qq_coverage(m, n, ells, m - dropouts)) >= 1 - alpha - COVERAGE_TOLERANCE
+        ells = ells[robust]
+    ks, covs = smallest_valid_k(m, n, ells, alpha) if ells.size else (np.zeros(0, int), np.zeros(0))
     if not (ks > 0).any():
-        best = float(qq_coverage(m, n, n, m))
-        return QQPlan(m, n, alpha, None, None, 1.0,
-                      reason=(f"no (ell, k) reaches coverage {1 - alpha:g} with m={m} sites of n={n} "
-                              f"scores (the best, ell=n, k=m, gives {best:.6f} = mn/(mn+1)); "
-                              f"the valid set is the whole line"))
+        worst = m - dropouts
+        best = float(qq_coverage(m, n, n, worst))
+        return QQPlan(sizes, alpha, None, None, 1.0, "optimal", dropouts,
+                      reason=(f"no (ell, k) reaches coverage {1 - alpha:g} with {worst} of m={m} sites "
+                              f"of n={n} scores answering (the best, every site's maximum, gives "
+                              f"{best:.6f}); the valid set is the whole line"))
     covs = np.where(ks > 0, covs, np.inf)
     i = int(np.argmin(covs))
-    return QQPlan(m, n, alpha, int(ells[i]), int(ks[i]), float(covs[i]))
+    return QQPlan(sizes, alpha, (int(ells[i]),) * m, int(ks[i]), float(covs[i]), "optimal", dropouts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unequal sizes and re-planning
+
+
+def smallest_valid_k_unbalanced(sizes, ells, alpha: float) -> tuple[int, float]:
+    """The smallest k with M(ells, k) >= 1 - alpha (exact), or (0, nan) if none.
+
+    Only k up to the number of finite answers (ell_j <= n_j) are considered: beyond it the k-th
+    answer is surely +inf, which is the whole line, not a plan.
+    """
+    sizes, ells = tuple(int(s) for s in sizes), tuple(int(e) for e in ells)
+    m = sum(e <= n for e, n in zip(ells, sizes))
+    if m == 0:
+        return 0, math.nan
+    if len(set(sizes)) == 1 and len(set(ells)) == 1 and ells[0] <= sizes[0]:
+        ks, covs = smallest_valid_k(m, sizes[0], [ells[0]], alpha)
+        return int(ks[0]), float(covs[0])
+    threshold = 1.0 - alpha - COVERAGE_TOLERANCE
+    if coverage_unbalanced(sizes, ells, m) < threshold:
+        return 0, math.nan
+    approx = coverage_all_k(sizes, ells)[:m]
+    k = int(np.clip(np.argmax(approx >= 1.0 - alpha) + 1, 1, m))
+    coverage = coverage_unbalanced(sizes, ells, k)
+    while coverage < threshold:  # the grid was optimistic: step up
+        k += 1
+        coverage = coverage_unbalanced(sizes, ells, k)
+    while k > 1:  # or pessimistic: step down while still valid
+        lower = coverage_unbalanced(sizes, ells, k - 1)
+        if lower < threshold:
+            break
+        k, coverage = k - 1, lower
+    return k, float(coverage)
+
+
+@lru_cache(maxsize=256)
+def plan_paper_rule(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> QQPlan:
+    """Paper 000 appendix A.1: ell_j = ceil((1 - alpha)(n_j + 1)), then the smallest valid k.
+
+    A site with n_j < ell_j answers +inf (eq. 2). With `dropouts` > 0 the plan must also be
+    robust (see the module docstring); the rule has no freedom to make it so, so it refuses.
+    """
+    check_alpha(alpha)
+    sizes = tuple(int(s) for s in sizes)
+    _check_dropouts(len(sizes), dropouts)
+    ells = tuple(split_conformal_order(n, alpha) for n in sizes)
+    m = len(sizes)
+    if dropouts and not is_robust(sizes, ells, dropouts, alpha):
+        return QQPlan(sizes, alpha, None, None, 1.0, "paper_rule", dropouts,
+                      reason=(f"the paper rule's orders cannot absorb {dropouts} dropout(s): with "
+                              f"{m - dropouts} answering sites even their maximum falls short of "
+                              f"{1 - alpha:g}; the valid set is the whole line"))
+    k, coverage = smallest_valid_k_unbalanced(sizes, ells, alpha)
+    if k == 0:
+        finite = sum(e <= n for e, n in zip(ells, sizes))
+        return QQPlan(sizes, alpha, None, None, 1.0, "paper_rule", dropouts,
+                      reason=(f"with ell_j = ceil((1 - alpha)(n_j + 1)) no k reaches {1 - alpha:g} "
+                              f"({finite} of {m} sites hold enough scores to answer finitely); "
+                              f"the valid set is the whole line"))
+    return QQPlan(sizes, alpha, ells, k, float(coverage), "paper_rule", dropouts)
+
+
+def is_robust(sizes, ells, dropouts: int, alpha: float) -> bool:
+    """Whether every set of at least m - dropouts answering sites admits a valid k.
+
+    With F the sites that answer finitely, any such set keeps at least |F| - dropouts of them,
+    whose maximum is at least the (|F| - dropouts)-th smallest finite answer of all m.
+    """
+    finite = [(n, e) for n, e in zip(sizes, ells) if e <= n]
+    keep = len(finite) - dropouts
+    if keep < 1:
+        return False
+    f_sizes, f_ells = zip(*finite)
+    return coverage_unbalanced(f_sizes, f_ells, keep) >= 1.0 - alpha - COVERAGE_TOLERANCE
+
+
+def replan_after_dropouts(sizes, ells, alpha: float) -> QQPlan:
+    """Server order k for the sites that answered, their orders ell_j being fixed."""
+    check_alpha(alpha)
+    sizes, ells = tuple(int(s) for s in sizes), tuple(int(e) for e in ells)
+    if not sizes:
+        return QQPlan((), alpha, None, None, 1.0, "replan", reason="no site answered")
+    k, coverage = smallest_valid_k_unbalanced(sizes, ells, alpha)
+    if k == 0:
+        best = coverage_unbalanced(sizes, ells, len(sizes))
+        return QQPlan(sizes, alpha, None, None, 1.0, "replan",
+                      reason=(f"with {len(sizes)} answering sites and their orders, even k=m gives "
+                              f"coverage {best:.6f} < {1 - alpha:g}; the valid set is the whole line"))
+    return QQPlan(sizes, alpha, ells, k, float(coverage), "replan")
 
 
 def replan_server_order(m_answered: int, n: int, ell: int, alpha: float) -> QQPlan:
-    """Server order k for the sites that actually answered, the local order ell being fixed.
+    """Equal-size shorthand of `replan_after_dropouts`."""
+    return replan_after_dropouts((n,) * m_answered, (ell,) * m_answered, alpha)
 
-    Used after dropouts: the sites were asked for their ell-th score before we knew who would
-    answer, so only k can change; if no k reaches 1 - alpha the outcome is the infinite set.
-    """
-    check_alpha(alpha)
-    if m_answered < 1:
-        return QQPlan(0, n, alpha, None, None, 1.0, reason="no site answered")
-    ks, covs = smallest_valid_k(m_answered, n, [ell], alpha)
-    if ks[0] == 0:
-        best = float(qq_coverage(m_answered, n, ell, m_answered))
-        return QQPlan(m_answered, n, alpha, None, None, 1.0,
-                      reason=(f"with {m_answered} answering sites and ell={ell}, even k=m gives "
-                              f"coverage {best:.6f} < {1 - alpha:g}; the valid set is the whole line"))
-    return QQPlan(m_answered, n, alpha, ell, int(ks[0]), float(covs[0]))
+
+def _check_dropouts(m: int, dropouts: int) -> None:
+    if not 0 <= dropouts < m:
+        raise ValueError(f"dropouts must lie in [0, m - 1] = [0, {m - 1}], got {dropouts}")
