@@ -1,0 +1,178 @@
+"""Per-site orders (ell_1..ell_m, k) that bring the exact coverage as close to 1 - alpha as
+possible from above: where paper 000 stops (appendix A.1 calls the search too costly).
+
+1. Starts. For a common level tau, ell_j(tau) = ceil(tau (n_j + 1)) (tau = 1 - alpha is the
+   paper's rule); one Poisson-binomial pass gives M for every k, so a grid of tau values yields
+   the smallest valid k for each, and the eq. (6) optimum is added when sizes are equal.
+2. Descent. From a valid plan, lowering one ell_j changes only p_j(t), by
+   Delta_j(t) = P(Bin(n_j, t) = ell_j - 1), and
+       M(ell - e_j, k) = M(ell, k) - int Delta_j(t) P(W_{-j}(t) = k - 1) dt
+   exactly, W_{-j} being the count without site j (a stable leave-one-out deconvolution of the
+   Poisson-binomial law). We lower, largest effect first, the ell_j whose effects fit in the
+   margin M - (1 - alpha), re-evaluate, and repeat until no single step fits. With dropouts the
+   robustness constraint M(ell, m - d) >= 1 - alpha is kept the same way.
+3. Verification. The final plan's coverage is recomputed with the precise evaluator
+   (protocol.unbalanced.coverage_unbalanced); if the search grid was optimistic we step back
+   through the accepted plans until one verifies. The paper rule is a fallback candidate, so
+   the result is never farther from 1 - alpha than it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from scipy.stats import binom
+
+from protocol.conformal import check_alpha
+from protocol.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule,
+                              plan_quantile_of_quantiles, smallest_valid_k_unbalanced)
+from protocol.unbalanced import (_bracket, _composite, coverage_all_k, coverage_unbalanced,
+                                 poisson_binomial_below, poisson_binomial_pmf, site_cdfs)
+
+TAU_GRID = 24
+STARTS = 4  # descents, from the best start of each of the most promising server orders k
+MAX_STEPS = 80
+#: Search-time coverages carry quadrature error; keep this much headroom until verification.
+SEARCH_MARGIN = 1e-10
+
+
+@lru_cache(maxsize=128)
+def plan_optimized(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> QQPlan:
+    check_alpha(alpha)
+    sizes = tuple(int(s) for s in sizes)
+    m = len(sizes)
+    target = 1.0 - alpha
+    paper = plan_paper_rule(sizes, alpha, dropouts)
+    starts = _starts(sizes, alpha, dropouts)
+    best = paper
+    for ells in starts[:STARTS]:
+        plan = _descend(sizes, np.array(ells), target, m - dropouts if dropouts else None)
+        if plan is not None and (best.infinite or plan.coverage < best.coverage):
+            best = plan
+    if best.infinite:
+        return QQPlan(sizes, alpha, None, None, 1.0, "optimized", dropouts,
+                      reason=f"no per-site orders reach {target:g}" +
+                      (f" with {dropouts} dropout(s) allowed" if dropouts else "") +
+                      "; the valid set is the whole line")
+    return QQPlan(sizes, alpha, best.ells, best.k, best.coverage, "optimized", dropouts)
+
+
+def _starts(sizes, alpha, dropouts):
+    """Orders that admit a valid k: the best start for each k, best (smallest approximate
+    coverage) first, so that the descents explore different server orders."""
+    n = np.array(sizes, dtype=float)
+    m = len(sizes)
+    target = 1.0 - alpha
+    found = {}  # ells -> (approximate coverage, k)
+    if len(set(sizes)) == 1:
+        equal = plan_quantile_of_quantiles(m, sizes[0], alpha, dropouts)
+        if not equal.infinite:
+            found[equal.ells] = (equal.coverage, equal.k)
+    for tau in np.linspace(max(0.02, 1.0 - 4.0 * alpha), 1.0, TAU_GRID):
+        ells = tuple(int(e) for e in np.clip(np.ceil(tau * (n + 1) - 1e-9), 1, n))
+        if ells in found:
+            continue
+        approx = coverage_all_k(sizes, ells)
+        if dropouts and approx[m - dropouts - 1] < target + 1e-6:
+            continue
+        valid = np.flatnonzero(approx >= target + 1e-6)
+        if valid.size:
+            found[ells] = (float(approx[valid[0]]), int(valid[0]) + 1)
+    best_per_k = {}
+    for ells, (coverage, k) in sorted(found.items(), key=lambda item: item[1][0]):
+        best_per_k.setdefault(k, (coverage, ells))
+    return [ells for _, ells in sorted(best_per_k.values())]
+
+
+def _descend(sizes, ells, target, k_robust):
+    """Greedy descent from a start; returns the verified plan or None."""
+    sizes_arr = np.array(sizes, dtype=float)
+    k, coverage = smallest_valid_k_unbalanced(sizes, ells, 1.0 - target)
+    dropouts = len(sizes) - k_robust if k_robust else 0
+    if k == 0 or (dropouts and not is_robust(sizes, ells, dropouts, 1.0 - target)):
+        return None
+    # one quadrature grid per constraint: M(ells, k) >= target, and M(ells, m - d) >= target
+    grids = {kk: _search_grid(sizes_arr, ells, kk) for kk in {k, k_robust} - {None}}
+    history = [ells.copy()]
+    for _ in range(MAX_STEPS):
+        state = {kk: _evaluate(grid, sizes_arr, ells, kk) for kk, grid in grids.items()}
+        margins = {kk: coverage_k - target - SEARCH_MARGIN for kk, (coverage_k, _) in state.items()}
+        fits = ells > 1
+        for kk, (_, effect) in state.items():
+            fits &= effect <= margins[kk]
+        if min(margins.values()) < 0 or not fits.any():
+            break
+        effect_k = state[k][1]
+        order = np.flatnonzero(fits)[np.argsort(-effect_k[fits])]
+        chosen, used = [], dict.fromkeys(state, 0.0)
+        for j in order:  # largest first, half of each margin per round (interactions are second order)
+            if chosen and any(used[kk] + state[kk][1][j] > 0.5 * margins[kk] for kk in state):
+                continue
+            chosen.append(j)
+            for kk in state:
+                used[kk] += state[kk][1][j]
+        trial = ells.copy()
+        trial[chosen] -= 1
+        if any(_evaluate(grid, sizes_arr, trial, kk, effects=False)[0] < target + SEARCH_MARGIN
+               for kk, grid in grids.items()):
+            trial = ells.copy()
+            trial[order[0]] -= 1  # a single step's effect is exact: it fits
+        ells = trial
+        history.append(ells.copy())
+    for candidate in reversed(history):  # verify with the precise evaluator, stepping back if needed
+        coverage = coverage_unbalanced(sizes, candidate, k)
+        robust_ok = not dropouts or is_robust(sizes, candidate, dropouts, 1.0 - target)
+        if coverage >= target - COVERAGE_TOLERANCE and robust_ok:
+            return QQPlan(tuple(sizes), 1.0 - target, tuple(int(e) for e in candidate), k,
+                          float(coverage), "optimized")
+    return None
+
+
+def _search_grid(sizes, ells, k):
+    """Quadrature nodes over the transition of P(W <= k - 1), padded to the left, where lowering
+    orders moves it; panels doubled until the coverage settles to 1e-12."""
+    a, b = _bracket(sizes, ells.astype(float), k)
+    width = max(b - a, 1e-6)
+    a, b = max(0.0, a - width), min(1.0, b + 0.25 * width)
+    panels = 2
+    previous = None
+    while True:
+        t, w = _composite(a, b, panels)
+        value = a + float(w @ poisson_binomial_below(site_cdfs(t, sizes, ells.astype(float)), k))
+        if previous is not None and (abs(value - previous) < 1e-12 or panels >= 64):
+            return a, t, w
+        previous, panels = value, panels * 2
+
+
+def _evaluate(grid, sizes, ells, k, effects=True):
+    """(M(ells, k), the exact change of M from lowering each ell_j by one) on one grid."""
+    a, t, w = grid
+    p = site_cdfs(t, sizes, ells.astype(float))
+    pmf = poisson_binomial_pmf(p)
+    coverage = a + float(w @ pmf[:, :k].sum(axis=1))
+    if not effects:
+        return coverage, None
+    step = binom.pmf(ells[None, :] - 1, sizes[None, :], t[:, None])  # Delta_j(t)
+    return coverage, w @ (step * _leave_one_out(pmf, p, k - 1))
+
+
+def _leave_one_out(pmf, p, c):
+    """P(W_{-j} = c) for every site j, from the full law of W and each p_j.
+
+    Removing Bernoulli(p) from W: P(W = i) = (1 - p) x_i + p x_{i-1}. Solved upwards (from
+    x_0) where p <= 1/2 and downwards (from x_{m-1}) where p > 1/2, so rounding errors are
+    damped in both.
+    """
+    f = np.ascontiguousarray(pmf.T)  # f[i] = P(W = i) at every node
+    m = p.shape[1]
+    q = 1.0 - p
+    upward = p <= 0.5
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        up = f[0][:, None] / q
+        for i in range(1, c + 1):
+            up = (f[i][:, None] - p * up) / q
+        down = f[m][:, None] / p
+        for i in range(m - 1, c, -1):
+            down = (f[i][:, None] - q * down) / p
+    return np.where(upward, up, down)
