@@ -119,10 +119,19 @@ def test_fedcp_qq_refuses_with_a_reason_when_too_few_answer():
     assert "1 answering sites" in outcome.reason
 
 
-def test_fedcp_qq_aborts_on_unequal_sizes_with_the_reason():
+def test_eq6_planner_refuses_unequal_sizes_with_the_reason():
     data = {"a": np.zeros(10), "b": np.zeros(12)}
-    outcome = run_session(METHODS["fedcp_qq"](0.1), data, no_rng)
-    assert outcome.status == "aborted" and "equal site sizes" in outcome.reason
+    outcome = run_session(METHODS["fedcp_qq"](0.1, planner="optimal"), data, no_rng)
+    assert outcome.status == "aborted" and "needs equal site sizes" in outcome.reason
+
+
+def test_unequal_sizes_are_planned_per_site():
+    rng = np.random.default_rng(8)
+    sizes = [30, 25, 20, 15, 12, 40, 9, 33]
+    data = {f"site-{j}": rng.standard_normal(n) for j, n in enumerate(sizes)}
+    for planner in ("auto", "paper_rule", "optimized"):
+        outcome = run_session(METHODS["fedcp_qq"](0.1, planner=planner), data, no_rng)
+        assert outcome.status == "ok" and outcome.details["guarantee"] >= 0.9 - 1e-12
 
 
 def test_no_answers_aborts():

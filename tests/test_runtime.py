@@ -93,8 +93,10 @@ class FakeSite(threading.Thread):
 
 
 def start_fakes(endpoint, m, n, mute=()):
+    """m fake sites with n scores each (n may be a list of per-site sizes)."""
     rng = np.random.default_rng(0)
-    fakes = [FakeSite(endpoint, f"site-{j:03d}", rng.standard_normal(n), mute=f"site-{j:03d}" in mute)
+    sizes = n if isinstance(n, list) else [n] * m
+    fakes = [FakeSite(endpoint, f"site-{j:03d}", rng.standard_normal(sizes[j]), mute=f"site-{j:03d}" in mute)
              for j in range(m)]
     for fake in fakes:
         fake.start()
@@ -188,4 +190,40 @@ def test_live_site_process_survives_bad_messages(tmp_path):
         coordinator.shutdown()
     finally:
         procs.stop()
+        channel.close()
+
+
+def test_result_cells_are_plain_numbers(tmp_path):
+    from runner.outputs import RunDirectory
+
+    rundir = RunDirectory(tmp_path)
+    rundir.append_result({"trial": np.int64(0), "method": "x", "guarantee": np.float64(0.25),
+                          "coverage": float("nan"), "size": float("inf")})
+    row = rundir.read_results()[0]
+    assert (row["trial"], row["guarantee"], row["coverage"], row["size"]) == ("0", "0.25", "nan", "inf")
+
+
+def test_unequal_sizes_with_a_dropout_robust_plan_over_the_network(tmp_path):
+    from protocol.optimizer import plan_optimized
+    from protocol.planner import replan_after_dropouts
+
+    sizes = [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=0.5))
+    mute = {"site-000", "site-004"}  # the largest site among them
+    fakes = start_fakes(channel.endpoint, 10, sizes, mute=mute)
+    try:
+        joined, _ = coordinator.open_trial(0, 0, coordinator.await_members([f.site_id for f in fakes]))
+        assert [joined[f.site_id] for f in fakes] == sizes
+        outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1, planner="optimized", dropouts=3), joined)
+        plan = plan_optimized(tuple(sizes), 0.1, 3)
+        kept = [j for j, f in enumerate(fakes) if f.site_id not in mute]
+        replanned = replan_after_dropouts([sizes[j] for j in kept], [plan.ells[j] for j in kept], 0.1)
+        answers = sorted(float(np.sort(fakes[j].scores)[plan.ells[j] - 1]) for j in kept)
+        assert outcome.status == "ok" and outcome.details["answered"] == 8
+        assert outcome.details["k"] == replanned.k and outcome.details["guarantee"] >= 0.9
+        assert outcome.threshold == answers[replanned.k - 1]
+    finally:
+        for fake in fakes:
+            fake.stop.set()
         channel.close()

@@ -1,42 +1,83 @@
 """FedCP-QQ: one-shot federated conformal prediction by quantile of quantiles (paper 000, alg. 1).
 
-Coordinator: (ell*, k*) = argmin {M[ell, k] >= 1 - alpha} (eq. 6); ask every site for its ell*-th
-smallest score; return the k*-th smallest answer (eq. 3). Sites that do not answer shrink m: the
-server order is re-planned for the sites that did (ell was already sent), and when no k keeps
-the guarantee the outcome is the infinite set, with the reason.
+Coordinator: plan per-site orders ell_j and a server order k for the sites that joined; ask
+site j for its ell_j-th smallest score; return the k-th smallest answer (eq. 3). Planners:
+    auto        eq. (6) when sizes are equal, `optimized` otherwise
+    optimal     eq. (6) (equal sizes only)
+    paper_rule  ell_j = ceil((1 - alpha)(n_j + 1)), smallest valid k (appendix A.1)
+    optimized   per-site ell_j chosen to bring the exact coverage closest to 1 - alpha
+`dropouts: d` makes the plan robust to d sites not answering. Sites that do not answer shrink
+the set: k is re-planned for those that did (their ell_j were already sent), and when no k
+keeps the guarantee the outcome is the infinite set, with the reason.
 """
 
 from __future__ import annotations
 
 from protocol.conformal import quantile_of_quantiles
 from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
-from protocol.planner import plan_quantile_of_quantiles, replan_server_order
+from protocol.optimizer import plan_optimized
+from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
+
+PLANNERS = ("auto", "optimal", "paper_rule", "optimized")
 
 
 class FedCPQQ(OneShotMethod):
     name = "fedcp_qq"
     codec = "raw_quantile"
+    PARAMS = {
+        "planner": {"type": "str", "choices": list(PLANNERS), "default": "auto"},
+        "dropouts": {"type": "int", "min": 0, "default": 0},
+    }
+
+    def __init__(self, alpha, planner: str = "auto", dropouts: int = 0):
+        super().__init__(alpha, planner=planner, dropouts=dropouts)
+        if planner not in PLANNERS:
+            raise ValueError(f"planner must be one of {PLANNERS}")
+        self.planner, self.dropouts = planner, dropouts
+
+    def make_plan(self, sizes: tuple[int, ...]):
+        equal = len(set(sizes)) == 1
+        dropouts = min(self.dropouts, len(sizes) - 1)
+        if self.planner == "optimal" or (self.planner == "auto" and equal):
+            if not equal:
+                return None
+            return plan_quantile_of_quantiles(len(sizes), sizes[0], self.alpha, dropouts)
+        if self.planner == "paper_rule":
+            return plan_paper_rule(sizes, self.alpha, dropouts)
+        return plan_optimized(sizes, self.alpha, dropouts)
 
     def plan(self, sizes):
-        n_values = sorted(set(sizes.values()))
-        if len(n_values) != 1:
-            return Outcome.aborted(f"{self.name} plans for equal site sizes; got n_j in {n_values}")
-        plan = plan_quantile_of_quantiles(len(sizes), n_values[0], self.alpha)
+        sites = sorted(sizes)
+        plan = self.make_plan(tuple(sizes[s] for s in sites))
+        if plan is None:
+            return Outcome.aborted(f"planner 'optimal' (eq. 6) needs equal site sizes; got n_j in "
+                                   f"{sorted(set(sizes.values()))} (use 'optimized' or 'paper_rule')")
         if plan.infinite:
-            return Outcome.infinite(plan.reason, m=plan.m, n=plan.n)
-        return Planned({site: {"ell": plan.ell} for site in sizes}, state=plan)
+            return Outcome.infinite(plan.reason, m=plan.m)
+        return Planned({s: {"ell": e} for s, e in zip(sites, plan.ells)}, state=plan)
 
     def combine(self, sizes, planned, answers, dropped):
         asked = plan = planned.state
         if len(answers) < asked.m:
-            plan = replan_server_order(len(answers), asked.n, asked.ell, self.alpha)
+            answered = sorted(answers)
+            plan = replan_after_dropouts([sizes[s] for s in answered],
+                                         [planned.requests[s]["ell"] for s in answered], self.alpha)
             if plan.infinite:
-                return Outcome.infinite(plan.reason, ell=asked.ell, m=asked.m,
+                return Outcome.infinite(plan.reason, ell=_ell_label(asked), m=asked.m,
                                         answered=len(answers), dropped=sorted(dropped))
         threshold = quantile_of_quantiles(list(answers.values()), plan.k)
-        return Outcome.ok(threshold, ell=plan.ell, k=plan.k, guarantee=plan.coverage,
+        return Outcome.ok(threshold, ell=_ell_label(asked), k=plan.k, guarantee=plan.coverage,
+                          planned_guarantee=asked.coverage, rule=asked.rule,
+                          conditional_bound=plan.conditional_bound(),
                           m=asked.m, answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
     def site(cls, scores, rng):
         return LocalOrderStatistic(scores)
+
+
+def _ell_label(plan) -> int | str:
+    """The common local order, or 'min..max' when sites were asked for different ones."""
+    if plan.ell is not None:
+        return plan.ell
+    return f"{min(plan.ells)}..{max(plan.ells)}"
