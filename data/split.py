@@ -27,21 +27,33 @@ def standardize(X_train: np.ndarray, *others: np.ndarray):
     return tuple((X - mean) / scale for X in (X_train, *others))
 
 
-def partition(indices: np.ndarray, m: int, sizes, rng: np.random.Generator) -> list[np.ndarray]:
-    """Split calibration indices across m sites.
+def site_sizes(spec, m: int, n_calibration: int) -> list[int]:
+    """The n_j of each site, fixed for the whole run.
 
-    sizes = "equal": n = len(indices) // m points each (the remainder is left unused);
-    sizes = [n_1, ..., n_m]: explicit sizes, which must fit in the calibration split.
+    "equal": n_calibration // m each (the remainder is left unused); a list: as given; a
+    distribution mapping: m draws from its own seed, rounded and clipped to [min, max]:
+    lognormal(median, sigma) = round(median * exp(sigma * Z)), uniform(low, high) on integers.
     """
-    shuffled = rng.permutation(indices)
-    if sizes == "equal":
-        n = len(indices) // m
+    if spec == "equal":
+        n = n_calibration // m
         if n < 1:
-            raise ValueError(f"{len(indices)} calibration points cannot give {m} sites one point each")
-        sizes = [n] * m
-    if len(sizes) != m:
-        raise ValueError(f"sites.sizes lists {len(sizes)} sizes for {m} sites")
+            raise ValueError(f"{n_calibration} calibration points cannot give {m} sites one point each")
+        return [n] * m
+    if isinstance(spec, list):
+        return list(spec)
+    rng = np.random.default_rng([spec["seed"], 0x517E5])
+    if spec["distribution"] == "lognormal":
+        draws = np.rint(spec["median"] * np.exp(spec["sigma"] * rng.standard_normal(m)))
+    else:
+        draws = rng.integers(spec["low"], spec["high"] + 1, size=m)
+    upper = spec["max"] if spec["max"] is not None else np.inf
+    return [int(v) for v in np.clip(draws, spec["min"], upper)]
+
+
+def partition(indices: np.ndarray, sizes: list[int], rng: np.random.Generator) -> list[np.ndarray]:
+    """Split calibration indices across sites with the given sizes (see site_sizes)."""
+    shuffled = rng.permutation(indices)
     if sum(sizes) > len(indices):
         raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(indices)} points")
     bounds = np.cumsum([0, *sizes])
-    return [shuffled[bounds[j]:bounds[j + 1]] for j in range(m)]
+    return [shuffled[bounds[j]:bounds[j + 1]] for j in range(len(sizes))]

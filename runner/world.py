@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from data.sources import SOURCES
-from data.split import partition, split_indices, standardize
+from data.split import partition, site_sizes, split_indices, standardize
 from models import MODELS, Model
 from protocol.randomness import trial_rng
 
@@ -49,8 +49,8 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
     model = MODELS[spec["kind"]](**spec["params"]).fit(X_train, dataset.y[train], scenario["alpha"],
                                                        trial_rng(seed, trial, "model"))
     ids = site_ids(scenario["sites"]["count"])
-    parts = partition(np.arange(len(cal)), len(ids), scenario["sites"]["sizes"],
-                      trial_rng(seed, trial, "partition"))
+    sizes = site_sizes(scenario["sites"]["sizes"], len(ids), len(cal))
+    parts = partition(np.arange(len(cal)), sizes, trial_rng(seed, trial, "partition"))
     shards = {site: (X_cal[part], dataset.y[cal][part]) for site, part in zip(ids, parts)}
     test_base = model.base_predictions(X_test)
     return TrialWorld(trial, model.for_sites(), shards, y_test, test_base)

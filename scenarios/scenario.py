@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.sources import SOURCES
+from data.split import site_sizes
 from models import MODELS
 from protocol.methods import METHODS
 from scenarios.schema import ScenarioError, apply_overrides, read_yaml, validate
@@ -113,7 +114,7 @@ def _cross_checks(s: dict) -> None:
         raise ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)
     if "n" in data:
         capacity = int(split["calibration"] * data["n"])
-        needed = sum(sizes) if isinstance(sizes, list) else sites["count"]
+        needed = sites["count"] if sizes == "equal" else sum(site_sizes(sizes, sites["count"], capacity))
         if needed > capacity:
             raise ScenarioError("sites", f"at most {capacity} calibration points in all "
                                 f"(calibration fraction x data.n)", f"{needed} needed")

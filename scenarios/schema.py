@@ -7,7 +7,8 @@ parameters without importing this module:
     {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le")
     {"type": "str", "choices": [...]}              {"type": "bool"}
     {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1}
-    {"type": "sizes"}   "equal" or a list of positive integers, one per site
+    {"type": "sizes"}   "equal", a list of positive integers (one per site), or a distribution
+                        {distribution: lognormal, median, sigma | uniform, low, high; min, max, seed}
     {"type": "any"}     left to a later check
 
 A field without "default" is required. Unknown fields are errors.
@@ -113,13 +114,30 @@ def _list(spec, value, path):
     return [validate(spec["of"], item, f"{path}[{i}]") for i, item in enumerate(value)]
 
 
+SIZE_DISTRIBUTIONS = {
+    "lognormal": {"median": {"type": "float", "gt": 0}, "sigma": {"type": "float", "ge": 0}},
+    "uniform": {"low": {"type": "int", "min": 1}, "high": {"type": "int", "min": 1}},
+}
+_SIZE_COMMON = {"min": {"type": "int", "min": 1, "default": 1}, "max": {"type": "int", "min": 1, "default": None},
+                "seed": {"type": "int", "min": 0, "default": 0}}
+
+
 def _sizes(spec, value, path):
     if value == "equal":
         return value
     if (isinstance(value, list) and value
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
         return value
-    raise ScenarioError(path, "'equal' or a list of positive integers (one n_j per site)", value)
+    if isinstance(value, dict):
+        kind = validate({"type": "str", "choices": sorted(SIZE_DISTRIBUTIONS)}, value.get("distribution"),
+                        _join(path, "distribution"))
+        fields = {"distribution": {"type": "str"}, **SIZE_DISTRIBUTIONS[kind], **_SIZE_COMMON}
+        out = validate({"type": "map", "fields": fields}, value, path)
+        if kind == "uniform" and out["high"] < out["low"]:
+            raise ScenarioError(_join(path, "high"), f"at least low = {out['low']}", out["high"])
+        return out
+    raise ScenarioError(path, "'equal', a list of positive integers (one n_j per site), or a mapping "
+                        "with 'distribution' (lognormal or uniform)", value)
 
 
 def _any(spec, value, path):

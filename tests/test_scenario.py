@@ -46,7 +46,10 @@ def base():
     (lambda d: d["methods"].append({"name": "fedcp_qqq"}), "methods[3].name", "one of"),
     (lambda d: d["methods"].append({"name": "fedcp_qq"}), "methods", "distinct labels"),
     (lambda d: d["sites"].update(sizes=[10, 10]), "sites.sizes", "one size per site (4 values)"),
-    (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal' or a list"),
+    (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal', a list of positive integers"),
+    (lambda d: d["sites"].update(sizes={"distribution": "zipf"}), "sites.sizes.distribution", "one of 'lognormal', 'uniform'"),
+    (lambda d: d["sites"].update(sizes={"distribution": "uniform", "low": 9, "high": 3}), "sites.sizes.high", "at least low = 9"),
+    (lambda d: d["sites"].update(sizes={"distribution": "lognormal", "median": 50}), "sites.sizes.sigma", "(required)"),
     (lambda d: d["split"].update(train=0.9), "split", "fractions adding up to at most 1"),
     (lambda d: d["sites"].update(count=500), "sites", "at most 160 calibration points"),
     (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'romano2019'"),
@@ -88,5 +91,5 @@ def test_overrides_reach_nested_fields_and_list_items():
 def test_defaults_are_filled_in():
     s = load_scenario(ROOT / "tests" / "scenarios" / "tiny.yaml")
     assert s["model"]["device"] == "auto" and s["model"]["params"]["alphas"]
-    assert s["methods"][0] == {"name": "fedcp_qq", "label": "fedcp_qq"}
+    assert s["methods"][0] == {"name": "fedcp_qq", "label": "fedcp_qq", "planner": "auto", "dropouts": 0}
     assert s["runtime"]["bind"] == "tcp://127.0.0.1:*"
