@@ -59,31 +59,79 @@ def run(scenario, out, trials, overrides, backend, keep_work):
 
 @cli.command()
 @click.option("--alpha", type=float, required=True, help="Miscoverage level, in (0, 1).")
-@click.option("--sites", "m", type=click.IntRange(min=1), required=True, help="Number of sites m.")
-@click.option("--n", "n", type=click.IntRange(min=1), required=True, help="Calibration points per site.")
+@click.option("--sites", "m", type=click.IntRange(min=1), help="Number of sites m (equal sizes, with --n).")
+@click.option("--n", "n", type=click.IntRange(min=1), help="Calibration points per site (equal sizes).")
+@click.option("--sizes", help="Comma-separated n_1,...,n_m for unequal sizes (instead of --sites/--n).")
+@click.option("--optimize", is_flag=True, help="Choose every site's order (reports the paper rule's coverage too).")
+@click.option("--dropouts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Plan so that any m - D answering sites still admit a valid k.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-@click.option("--table", is_flag=True, help="Also give the full table M, indexed [ell-1][k-1].")
-def plan(alpha, m, n, as_json, table):
-    """(ell*, k*) of FedCP-QQ and its exact coverage (paper 000, eq. 5-6)."""
+@click.option("--table", is_flag=True, help="Equal sizes: also give the full table M, indexed [ell-1][k-1].")
+def plan(alpha, m, n, sizes, optimize, dropouts, as_json, table):
+    """Orders (ell, k) of FedCP-QQ and their exact coverage (paper 000, eq. 5-6, appendix A.1).
+
+    Equal sizes (--sites, --n): eq. 6. Unequal (--sizes): the paper's rule
+    ell_j = ceil((1-alpha)(n_j+1)), or with --optimize per-site orders closest to 1 - alpha.
+    """
+    from protocol.optimizer import plan_optimized
     from protocol.orderstats import qq_coverage_table
-    from protocol.planner import plan_quantile_of_quantiles
+    from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles
 
     if not 0 < alpha < 1:
         raise click.BadParameter("must lie in (0, 1)", param_hint="--alpha")
-    result = plan_quantile_of_quantiles(m, n, alpha).as_dict()
+    if sizes is not None:
+        if m is not None or n is not None:
+            raise click.UsageError("give either --sizes or --sites with --n, not both")
+        try:
+            size_list = tuple(int(v) for v in sizes.split(","))
+        except ValueError:
+            raise click.BadParameter("expected comma-separated integers", param_hint="--sizes") from None
+        if not size_list or min(size_list) < 1:
+            raise click.BadParameter("sizes must be positive integers", param_hint="--sizes")
+    elif m is None or n is None:
+        raise click.UsageError("give --sites and --n, or --sizes")
+    else:
+        size_list = (n,) * m
+    if dropouts >= len(size_list):
+        raise click.BadParameter(f"must be below the number of sites ({len(size_list)})", param_hint="--dropouts")
+    if optimize:
+        chosen = plan_optimized(size_list, alpha, dropouts)
+        result = chosen.as_dict(per_site=sizes is not None)
+        paper = plan_paper_rule(size_list, alpha, dropouts)
+        result["coverage_paper_rule"] = None if paper.infinite else paper.coverage
+        result["k_paper_rule"] = paper.k
+        if sizes is None:
+            result["ell"] = list(chosen.ells) if chosen.ells is not None else None
+    elif sizes is not None:
+        result = plan_paper_rule(size_list, alpha, dropouts).as_dict(per_site=True)
+    else:
+        result = plan_quantile_of_quantiles(m, n, alpha, dropouts).as_dict()
     if table:
+        if sizes is not None or optimize:
+            raise click.UsageError("--table needs equal sizes (--sites, --n) without --optimize")
         result["M"] = qq_coverage_table(m, n).tolist()
     if as_json:
         click.echo(json.dumps(result))
         return
+    _print_plan(result)
+
+
+def _print_plan(result: dict) -> None:
     if result["ell"] is None:
         click.echo(result["reason"])
-    else:
-        click.echo(f"m={m} n={n} alpha={alpha}: ell*={result['ell']} k*={result['k']} "
-                   f"coverage={result['coverage']:.12f}")
-    if table:
-        for ell, row in enumerate(result["M"], start=1):
-            click.echo(f"ell={ell:>4}: " + " ".join(f"{v:.4f}" for v in row))
+        return
+    ell = result["ell"]
+    ell_text = ",".join(map(str, ell)) if isinstance(ell, list) else str(ell)
+    where = f"m={result['m']} n={result['n']}" if "n" in result else f"m={result['m']} sizes={result.get('sizes')}"
+    click.echo(f"{where} alpha={result['alpha']} ({result['rule']}, dropouts={result['dropouts']}): "
+               f"ell*={ell_text} k*={result['k']} coverage={result['coverage']:.12f}")
+    if "coverage_paper_rule" in result:
+        click.echo(f"paper rule: k={result['k_paper_rule']} coverage={result['coverage_paper_rule']}")
+    if result.get("conditional"):
+        c = result["conditional"]
+        click.echo(f"theorem 3.3: with probability >= {1 - c['delta']:g}, miscoverage <= {c['miscoverage_bound']:.6f}")
+    for row_index, row in enumerate(result.get("M", []), start=1):
+        click.echo(f"ell={row_index:>4}: " + " ".join(f"{v:.4f}" for v in row))
 
 
 @cli.command()

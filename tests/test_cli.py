@@ -58,3 +58,24 @@ def test_run_writes_the_outputs(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trials"] == 1 and set(summary["methods"]) == {"fedcp_qq", "fedcp_avg", "centralized"}
     assert cli("run", "tests/scenarios/tiny.yaml", "--out", str(out), check=False).returncode != 0  # no overwrite
+
+
+PAPER004 = "307,250,208,172,143,118,98,81,67,56"
+
+
+def test_plan_unequal_sizes_paper_rule_and_optimized():
+    paper = json.loads(cli("plan", "--alpha", "0.1", "--sizes", PAPER004, "--json").stdout)
+    assert paper["rule"] == "paper_rule" and paper["ell"][0] == 278 and len(paper["ell"]) == 10
+    best = json.loads(cli("plan", "--alpha", "0.1", "--sizes", PAPER004, "--optimize", "--json").stdout)
+    assert isinstance(best["ell"], list) and len(best["ell"]) == 10 and best["k"] >= 1
+    assert best["coverage_paper_rule"] == pytest.approx(paper["coverage"], abs=1e-15)
+    assert 0.9 <= best["coverage"] < best["coverage_paper_rule"]
+
+
+def test_plan_with_dropouts_and_bad_arguments():
+    robust = json.loads(cli("plan", "--alpha", "0.1", "--sizes", PAPER004, "--optimize",
+                            "--dropouts", "3", "--json").stdout)
+    assert robust["dropouts"] == 3 and robust["coverage"] >= 0.9
+    assert cli("plan", "--alpha", "0.1", "--sizes", "10,x", check=False).returncode == 2
+    assert cli("plan", "--alpha", "0.1", "--sizes", "10,12", "--sites", "2", "--n", "3", check=False).returncode == 2
+    assert cli("plan", "--alpha", "0.1", "--sizes", "10,12", "--dropouts", "2", check=False).returncode == 2
