@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from coordinator.events import EventLog
-from protocol.codecs import CODECS, PayloadError
+from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
-from protocol.randomness import join_session, method_session
+from protocol.randomness import join_session, method_session, site_rng
 from protocol.wire import SITE_TO_COORDINATOR, Envelope
-from transport.channel import CoordinatorChannel, Incoming
+from transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Coordinator:
         self.channel, self.events, self.deadlines = channel, events, deadlines
         self.members: dict[str, int] = {}  # site id -> pid it reported
         self.guard = SequenceGuard()
+        self.seed = 0
 
     # -- run level ---------------------------------------------------------------------------
 
@@ -53,6 +54,7 @@ class Coordinator:
     def open_trial(self, trial: int, seed: int, sites: Iterable[str]) -> tuple[dict[str, int], dict[str, str]]:
         """The join phase: sites load and score their trial data and answer with n_j."""
         session = join_session(trial)
+        self.seed = seed
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
         answers, dropped = self._phase(session, "join", sends, self.deadlines.join)
         sizes = {}
@@ -73,10 +75,10 @@ class Coordinator:
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
         session = method_session(trial, index)
-        codec = CODECS[method.codec]()
+        codec = method.make_codec()
         self.events.write("session_start", trial=trial, session=session, method=method.name,
                           sites=len(sizes))
-        half = method.coordinator(sizes)
+        half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
         step = half.start()
         while isinstance(step, Send):
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": body})

@@ -17,10 +17,11 @@ from protocol.methods.base import Method, Outcome, RequestError, Send
 Ask = Callable[[str, str, dict], Any]
 
 
-def drive(method: Method, sizes: Mapping[str, int], ask: Ask) -> Outcome:
-    """Run one session of `method` over the sites in `sizes`, asking each through `ask`."""
-    codec = CODECS[method.codec]()
-    half = method.coordinator(dict(sizes))
+def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Generator) -> Outcome:
+    """Run one session of `method` over the sites in `sizes`, asking each through `ask`;
+    `rng` feeds the coordinator half's own randomness."""
+    codec = method.make_codec()
+    half = method.coordinator(dict(sizes), rng)
     step = half.start()
     while isinstance(step, Send):
         answers, dropped = {}, {}
@@ -35,9 +36,11 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask) -> Outcome:
 
 def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
                 rng_for: Callable[[str], np.random.Generator]) -> Outcome:
-    """One session over sites given directly by their scores (for tests and benchmarks)."""
+    """One session over sites given directly by their scores (for tests and benchmarks);
+    rng_for("coordinator") seeds the coordinator half."""
     codec = CODECS[method.codec]()
     halves = {site: type(method).site(np.asarray(scores, dtype=float), rng_for(site))
               for site, scores in site_scores.items()}
     sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
-    return drive(method, sizes, lambda site, phase, body: codec.encode(halves[site].answer(phase, body)))
+    return drive(method, sizes, lambda site, phase, body: codec.encode(halves[site].answer(phase, body)),
+                 rng_for("coordinator"))

@@ -14,10 +14,10 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
-from protocol.randomness import method_session
+from protocol.randomness import method_session, site_rng
 from runner.processes import SiteProcesses
 from sites.local import SiteLocal
-from transport.channel import CoordinatorChannel
+from transport.channel import COORDINATOR_ID, CoordinatorChannel
 
 
 class ProcessFederation:
@@ -53,11 +53,13 @@ class InProcessFederation:
     def __init__(self, site_ids: list[str], workdir: Path, events: EventLog) -> None:
         self.sites = {site: SiteLocal(site, workdir) for site in site_ids}
         self.events = events
+        self.seed = 0
 
     def start(self) -> list[str]:
         return list(self.sites)
 
     def open_trial(self, trial: int, seed: int):
+        self.seed = seed
         return {site: local.open_trial(trial, seed) for site, local in self.sites.items()}, {}
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
@@ -66,7 +68,7 @@ class InProcessFederation:
         def ask(site, phase, body):
             return self.sites[site].answer(session, method.name, phase, body)
 
-        return drive(method, sizes, ask)
+        return drive(method, sizes, ask, site_rng(self.seed, trial, session, COORDINATOR_ID))
 
     def close(self) -> None:
         pass

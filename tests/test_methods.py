@@ -83,7 +83,7 @@ def test_fedcp_qq_replans_k_for_the_sites_that_answered():
     data = sites(rng, 50, 20)
     refuse = set(list(data)[:10])
     sizes = {s: 20 for s in data}
-    outcome = drive(METHODS["fedcp_qq"](0.1), sizes, refusing_ask(data, refuse))
+    outcome = drive(METHODS["fedcp_qq"](0.1), sizes, refusing_ask(data, refuse), np.random.default_rng(0))
     plan = plan_quantile_of_quantiles(50, 20, 0.1)
     replanned = replan_server_order(40, 20, plan.ell, 0.1)
     answered = sorted(np.sort(data[s])[plan.ell - 1] for s in data if s not in refuse)
@@ -100,7 +100,7 @@ def test_coverage_holds_under_dropouts_by_monte_carlo():
     for _ in range(reps):
         data = sites(rng, m, n)
         refuse = set(rng.choice(list(data), size=5, replace=False))
-        outcome = drive(method, sizes, refusing_ask(data, refuse))
+        outcome = drive(method, sizes, refusing_ask(data, refuse), np.random.default_rng(0))
         hits += rng.standard_normal() <= outcome.threshold
     ell = plan_quantile_of_quantiles(m, n, 0.1).ell
     target = qq_coverage(15, n, ell, replan_server_order(15, n, ell, 0.1).k)
@@ -114,7 +114,7 @@ def test_fedcp_qq_refuses_with_a_reason_when_too_few_answer():
     rng = np.random.default_rng(5)
     data = sites(rng, 50, 20)
     refuse = set(list(data)[:49])
-    outcome = drive(METHODS["fedcp_qq"](0.1), {s: 20 for s in data}, refusing_ask(data, refuse))
+    outcome = drive(METHODS["fedcp_qq"](0.1), {s: 20 for s in data}, refusing_ask(data, refuse), np.random.default_rng(0))
     assert outcome.status == "infinite" and outcome.threshold == math.inf
     assert "1 answering sites" in outcome.reason
 
@@ -135,7 +135,7 @@ def test_unequal_sizes_are_planned_per_site():
 
 
 def test_no_answers_aborts():
-    outcome = drive(METHODS["fedcp_qq"](0.1), {"a": 20}, refusing_ask({"a": np.zeros(20)}, {"a"}))
+    outcome = drive(METHODS["fedcp_qq"](0.1), {"a": 20}, refusing_ask({"a": np.zeros(20)}, {"a"}), np.random.default_rng(0))
     assert outcome.status == "aborted" and "no site answered" in outcome.reason
 
 

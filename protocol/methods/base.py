@@ -1,6 +1,8 @@
 """The shape of a method: a pure coordinator half, a pure site half, and a codec.
 
-Coordinator half: `start()` and `advance(phase, answers, dropped)` each return a Step, either
+Coordinator half (built per session from the joined sites' sizes and a seeded Generator for
+any coordinator-side randomness): `start()` and `advance(phase, answers, dropped)` each return a
+Step, either
 `Send(phase, requests)` (run this phase: send each site its request body and bring back the
 decoded answers) or an `Outcome` (the session's result). It never sees a socket or a clock.
 
@@ -41,6 +43,7 @@ class Outcome:
     threshold: float  # q-hat: the set is {y : s(x, y) <= threshold}
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    per_site: dict[str, float] | None = None  # local calibration: each site's own threshold
 
     @staticmethod
     def ok(threshold: float, **details) -> "Outcome":
@@ -84,15 +87,36 @@ class Method(ABC):
     name: ClassVar[str]
     codec: ClassVar[str]
     phases: ClassVar[tuple[str, ...]] = ("respond",)
-    PARAMS: ClassVar[dict[str, tuple[type, Any]]] = {}
+    PARAMS: ClassVar[dict[str, dict]] = {}
 
     def __init__(self, alpha: float, **params: Any) -> None:
         self.alpha = alpha
         self.params = params
 
     @abstractmethod
-    def coordinator(self, sizes: Mapping[str, int]) -> CoordinatorHalf:
+    def coordinator(self, sizes: Mapping[str, int], rng: np.random.Generator) -> CoordinatorHalf:
         """The coordinator half for one session, given n_j of the sites that joined."""
+
+    def make_codec(self):
+        """The coordinator's decoder for this method's responses."""
+        from protocol.codecs import CODECS
+
+        return CODECS[self.codec]()
+
+    def for_trial(self, public: Mapping[str, float]) -> "Method":
+        """This method with parameters that refer to public per-trial facts resolved (e.g. a
+        score bound taken from the training split); most methods have none."""
+        return self
+
+    @property
+    def privacy(self) -> dict[str, Any]:
+        """The differential privacy this method provides: {"epsilon": ..., "model": ...}."""
+        return {"epsilon": None, "model": "none"}
+
+    @property
+    def score_range(self) -> tuple[float, float] | None:
+        """Public (lo, hi) bounds the method bins scores into, if any (scores above hi are clipped)."""
+        return None
 
     @classmethod
     @abstractmethod
@@ -111,21 +135,21 @@ class Planned:
 class OneShotMethod(Method):
     """One round: plan from the sizes, ask every site once, combine the answers (paper 000 setting)."""
 
-    def coordinator(self, sizes: Mapping[str, int]) -> CoordinatorHalf:
-        return _OneShotCoordinator(self, dict(sizes))
+    def coordinator(self, sizes: Mapping[str, int], rng: np.random.Generator) -> CoordinatorHalf:
+        return _OneShotCoordinator(self, dict(sizes), rng)
 
     @abstractmethod
     def plan(self, sizes: dict[str, int]) -> Planned | Outcome:
         """Per-site requests, or an Outcome when no communication can help."""
 
     @abstractmethod
-    def combine(self, sizes: dict[str, int], planned: Planned,
-                answers: Mapping[str, Any], dropped: Mapping[str, str]) -> Outcome: ...
+    def combine(self, sizes: dict[str, int], planned: Planned, answers: Mapping[str, Any],
+                dropped: Mapping[str, str], rng: np.random.Generator) -> Outcome: ...
 
 
 class _OneShotCoordinator(CoordinatorHalf):
-    def __init__(self, method: OneShotMethod, sizes: dict[str, int]) -> None:
-        self.method, self.sizes, self.planned = method, sizes, None
+    def __init__(self, method: OneShotMethod, sizes: dict[str, int], rng: np.random.Generator) -> None:
+        self.method, self.sizes, self.rng, self.planned = method, sizes, rng, None
 
     def start(self) -> Step:
         if not self.sizes:
@@ -139,7 +163,7 @@ class _OneShotCoordinator(CoordinatorHalf):
     def advance(self, phase, answers, dropped) -> Step:
         if not answers:
             return Outcome.aborted(f"no site answered ({len(dropped)} dropped)", dropped=sorted(dropped))
-        return self.method.combine(self.sizes, self.planned, answers, dropped)
+        return self.method.combine(self.sizes, self.planned, answers, dropped, self.rng)
 
 
 class LocalOrderStatistic(SiteHalf):

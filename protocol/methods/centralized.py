@@ -20,7 +20,7 @@ class Centralized(OneShotMethod):
     def plan(self, sizes):
         return Planned({site: {} for site in sizes})
 
-    def combine(self, sizes, planned, answers, dropped):
+    def combine(self, sizes, planned, answers, dropped, rng):
         pooled = np.concatenate([np.asarray(v, dtype=float) for v in answers.values()])
         order = split_conformal_order(pooled.size, self.alpha)
         return Outcome.ok(split_conformal_threshold(pooled, self.alpha), order=order,

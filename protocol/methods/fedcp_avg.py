@@ -17,7 +17,7 @@ class FedCPAvg(OneShotMethod):
     def plan(self, sizes):
         return Planned({site: {"ell": split_conformal_order(n, self.alpha)} for site, n in sizes.items()})
 
-    def combine(self, sizes, planned, answers, dropped):
+    def combine(self, sizes, planned, answers, dropped, rng):
         return Outcome.ok(average_of_quantiles(list(answers.values())),
                           m=len(sizes), answered=len(answers), dropped=sorted(dropped))
 

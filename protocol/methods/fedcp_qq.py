@@ -56,7 +56,7 @@ class FedCPQQ(OneShotMethod):
             return Outcome.infinite(plan.reason, m=plan.m)
         return Planned({s: {"ell": e} for s, e in zip(sites, plan.ells)}, state=plan)
 
-    def combine(self, sizes, planned, answers, dropped):
+    def combine(self, sizes, planned, answers, dropped, rng):
         asked = plan = planned.state
         if len(answers) < asked.m:
             answered = sorted(answers)
