@@ -3,12 +3,17 @@
 from protocol.methods.base import Method, Outcome, RequestError, Send
 from protocol.methods.centralized import Centralized
 from protocol.methods.fedcp_avg import FedCPAvg
+from protocol.methods.fedcp2_qq import FedCP2QQ
 from protocol.methods.fedcp_qq import FedCPQQ
+from protocol.methods.private_cp import PrivateCP, PrivateCPLocal
 
 METHODS: dict[str, type[Method]] = {
     FedCPQQ.name: FedCPQQ,
     FedCPAvg.name: FedCPAvg,
     Centralized.name: Centralized,
+    FedCP2QQ.name: FedCP2QQ,
+    PrivateCP.name: PrivateCP,
+    PrivateCPLocal.name: PrivateCPLocal,
 }
 
 __all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]

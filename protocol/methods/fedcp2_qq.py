@@ -1,0 +1,151 @@
+"""FedCP²-QQ: FedCP-QQ where each site sends an epsilon-LDP bin (paper 000, section 4, alg. 3).
+
+Coordinator, for a grid of gamma in (0, 1): plan (ell_gamma, k_gamma) as FedCP-QQ at coverage
+(1 - alpha) / (1 - gamma alpha); add ell_cor of eq. (10); keep the gamma whose non-private
+proxy M[ell_gamma + ell_cor, k_gamma] is smallest (the paper's grid search), among those with
+ell_gamma + ell_cor <= n_j at every site (otherwise the proof of theorem 4.1 has nothing to stand
+on). Site j runs algorithm 2 at level max((ell_gamma + ell_cor) / n_j, 1/2) and sends only its bin;
+the server returns the right edge of the k_gamma-th smallest bin. Theorem 4.1: epsilon-LDP and
+coverage >= 1 - alpha. Unequal sizes use the paper's rule at the adjusted level (appendix A.1);
+dropouts re-plan k at the adjusted level for the sites that answered, as in FedCP-QQ.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from protocol.codecs import CODECS
+from protocol.dp import Bins, correction_order
+from protocol.methods.base import OneShotMethod, Outcome, Planned
+from protocol.methods.private_bin import PrivateQuantileBin
+from protocol.orderstats import qq_coverage
+from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
+from protocol.unbalanced import coverage_unbalanced
+
+BINS_SPEC = {"type": "map", "fields": {
+    "count": {"type": "int", "min": 1, "default": 100},
+    "lo": {"type": "float_or", "choices": ["training"], "default": 0.0},
+    "hi": {"type": "float_or", "choices": ["training"]},
+}}
+
+
+class FedCP2QQ(OneShotMethod):
+    name = "fedcp2_qq"
+    codec = "exp_mech_bins"
+    PARAMS = {
+        "epsilon": {"type": "float", "gt": 0},
+        "bins": BINS_SPEC,
+        "gamma_grid": {"type": "int", "min": 1, "default": 50},
+        "dropouts": {"type": "int", "min": 0, "default": 0},
+    }
+
+    def __init__(self, alpha, epsilon: float, bins: dict | Bins, gamma_grid: int = 50, dropouts: int = 0):
+        super().__init__(alpha, epsilon=epsilon, bins=bins, gamma_grid=gamma_grid, dropouts=dropouts)
+        self.epsilon, self.gamma_grid, self.dropouts = float(epsilon), gamma_grid, dropouts
+        self.bins = bins if isinstance(bins, Bins) else _maybe_bins(bins)
+        self.bins_spec = bins
+
+    def for_trial(self, public):
+        if isinstance(self.bins, Bins):
+            return self
+        return FedCP2QQ(self.alpha, self.epsilon, resolve_bins(self.bins_spec, public), self.gamma_grid,
+                        self.dropouts)
+
+    @property
+    def privacy(self):
+        return {"epsilon": self.epsilon, "model": "local"}
+
+    @property
+    def score_range(self):
+        return (self.bins.lo, self.bins.hi) if isinstance(self.bins, Bins) else None
+
+    def make_codec(self):
+        return CODECS[self.codec](self._bins().count)
+
+    def plan(self, sizes):
+        sites = sorted(sizes)
+        bins = self._bins()
+        choice = choose_gamma(tuple(sizes[s] for s in sites), self.alpha, self.epsilon, bins.count,
+                              self.gamma_grid, min(self.dropouts, len(sites) - 1))
+        if choice is None:
+            return Outcome.infinite(f"no gamma in the grid gives ell_gamma + ell_cor <= n_j at every site "
+                                    f"(epsilon={self.epsilon:g}, B={bins.count}): privacy this strong "
+                                    f"needs more data per site; the valid set is the whole line")
+        gamma, plan, correction, proxy = choice
+        requests = {s: {"level": max((ell + correction) / sizes[s], 0.5), "epsilon": self.epsilon,
+                        "bins": bins.as_body()} for s, ell in zip(sites, plan.ells)}
+        return Planned(requests, state=(gamma, plan, correction, proxy))
+
+    def combine(self, sizes, planned, answers, dropped, rng):
+        gamma, plan, correction, proxy = planned.state
+        level_alpha = 1.0 - (1.0 - self.alpha) / (1.0 - gamma * self.alpha)
+        k = plan.k
+        if len(answers) < plan.m:
+            order = {s: e for s, e in zip(sorted(sizes), plan.ells)}
+            answered = sorted(answers)
+            replanned = replan_after_dropouts([sizes[s] for s in answered], [order[s] for s in answered],
+                                              level_alpha)
+            if replanned.infinite:
+                return Outcome.infinite(replanned.reason, gamma=gamma, answered=len(answers),
+                                        dropped=sorted(dropped))
+            k = replanned.k
+        bins = self._bins()
+        values = sorted(bins.right_edge(b) for b in answers.values())
+        return Outcome.ok(values[k - 1], ell=plan.ell if plan.ell is not None else
+                          f"{min(plan.ells)}..{max(plan.ells)}", k=k, guarantee=1.0 - self.alpha,
+                          gamma=gamma, ell_cor=correction, proxy_coverage=proxy,
+                          top_bin=max(answers.values()) == bins.count - 1,
+                          m=plan.m, answered=len(answers), dropped=sorted(dropped))
+
+    @classmethod
+    def site(cls, scores, rng):
+        return PrivateQuantileBin(scores, rng)
+
+    def _bins(self) -> Bins:
+        if not isinstance(self.bins, Bins):
+            raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
+                             f"resolve them with for_trial()")
+        return self.bins
+
+
+@lru_cache(maxsize=256)
+def choose_gamma(sizes: tuple[int, ...], alpha: float, epsilon: float, bins: int, grid: int, dropouts: int):
+    """Paper 000 section 4, 'Choosing gamma': over gamma = 1/(G+1), ..., G/(G+1), the feasible
+    plan whose proxy M[ell_gamma + ell_cor, k_gamma] is smallest. Returns
+    (gamma, plan at the adjusted level, ell_cor, proxy) or None when no gamma is feasible."""
+    m = len(sizes)
+    equal = len(set(sizes)) == 1
+    best = None
+    for gamma in np.arange(1, grid + 1) / (grid + 1):
+        level_alpha = 1.0 - (1.0 - alpha) / (1.0 - gamma * alpha)
+        if level_alpha <= 0:
+            continue
+        plan = (plan_quantile_of_quantiles(m, sizes[0], level_alpha, dropouts) if equal
+                else plan_paper_rule(sizes, level_alpha, dropouts))
+        if plan.infinite:
+            continue
+        correction = correction_order(epsilon, bins, gamma, alpha, m)
+        raised = [e + correction for e in plan.ells]
+        if any(r > n for r, n in zip(raised, sizes)):
+            continue
+        proxy = (float(qq_coverage(m, sizes[0], raised[0], plan.k)) if equal
+                 else coverage_unbalanced(sizes, raised, plan.k))
+        if best is None or proxy < best[3]:
+            best = (float(gamma), plan, correction, proxy)
+    return best
+
+
+def _maybe_bins(spec: dict) -> Bins | dict:
+    if spec["lo"] == "training" or spec["hi"] == "training":
+        return spec
+    return Bins(float(spec["lo"]), float(spec["hi"]), int(spec["count"]))
+
+
+def resolve_bins(spec: dict, public) -> Bins:
+    """Bins whose bounds may be 'training': the extreme conformity score on the training split,
+    public to whoever trained the model and never taken from the private calibration data."""
+    lo = public["score_min"] if spec["lo"] == "training" else spec["lo"]
+    hi = public["score_max"] if spec["hi"] == "training" else spec["hi"]
+    return Bins(float(lo), float(hi), int(spec["count"]))
