@@ -41,7 +41,7 @@ def run(scenario, out, trials, overrides, backend, keep_work):
     out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (out / "results.csv").exists():
         raise click.ClickException(f"{out} already holds results.csv; choose another --out")
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
     sessions = spec["trials"] * len(spec["methods"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
-                  "ell", "k", "sites", "answered", "seconds", "reason"]
+                  "ell", "k", "sites", "answered", "epsilon", "privacy", "clipped", "seconds", "reason"]
 
 
 class RunDirectory:

@@ -20,6 +20,8 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
         guarantee = [float(r["guarantee"]) for r in items if r["guarantee"] not in ("", "nan")]
         out[method] = {
             "codec": items[0]["codec"],
+            "privacy": items[0].get("privacy", "none"),
+            "epsilon": float(items[0]["epsilon"]) if items[0].get("epsilon") not in (None, "") else None,
             "trials": len(items),
             "ok": len(finite),
             "infinite": sum(r["status"] == "infinite" for r in items),
@@ -42,12 +44,13 @@ def summary_table(summary: dict[str, dict], alpha: float):
     from rich.table import Table
 
     table = Table(title=f"Per-method results (target coverage {1 - alpha:g})")
-    for column in ("method", "codec", "ok/inf/abort", "coverage", "sd", "min", "guarantee",
+    for column in ("method", "codec", "privacy", "ok/inf/abort", "coverage", "sd", "min", "guarantee",
                    "size", "size median"):
-        table.add_column(column, justify="left" if column in ("method", "codec") else "right",
+        table.add_column(column, justify="left" if column in ("method", "codec", "privacy") else "right",
                          no_wrap=True)
     for method, s in summary.items():
-        table.add_row(method, s["codec"], f"{s['ok']}/{s['infinite']}/{s['aborted']}",
+        privacy = "-" if s["privacy"] == "none" else f"eps={s['epsilon']:g} {s['privacy']}"
+        table.add_row(method, s["codec"], privacy, f"{s['ok']}/{s['infinite']}/{s['aborted']}",
                       _fmt(s["coverage_mean"]), _fmt(s["coverage_std"]), _fmt(s["coverage_min"]),
                       _fmt(s["guarantee_mean"]), _fmt(s["size_mean"]), _fmt(s["size_median"]))
     return table

@@ -12,6 +12,8 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
+
 from coordinator.events import EventLog
 from models.scores import coverage_and_size
 from protocol.methods import METHODS, Outcome
@@ -52,7 +54,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             device = world.model.device
             write_trial(rundir.work, trial, world.model, world.shards)
             sizes, _ = federation.open_trial(trial, scenario["seed"])
-            for index, (label, method) in enumerate(methods):
+            for index, (label, configured) in enumerate(methods):
+                method = configured.for_trial(world.public)
                 began = time.perf_counter()
                 outcome = federation.run_method(trial, index, method, sizes)
                 row = _result_row(trial, label, method, outcome, world, len(sizes),
@@ -81,19 +84,34 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
                 seconds: float) -> dict:
     coverage, size = _evaluate(outcome, world)
     details = outcome.details
+    privacy = method.privacy
+    score_range = method.score_range
+    clipped = float(np.mean(world.calibration_scores > score_range[1])) if score_range else None
+    reason = outcome.reason
+    if clipped and details.get("top_bin"):
+        reason = (reason + "; " if reason else "") + (
+            f"the top bin was chosen while {clipped:.1%} of calibration scores exceed its edge "
+            f"{score_range[1]:g}: the guarantee then holds for min(score, {score_range[1]:g})")
     return {
         "trial": trial, "method": label, "codec": method.codec, "status": outcome.status,
         "coverage": coverage, "size": size, "threshold": outcome.threshold,
         "guarantee": details.get("guarantee"), "ell": details.get("ell"), "k": details.get("k"),
-        "sites": sites, "answered": details.get("answered"), "seconds": round(seconds, 6),
-        "reason": outcome.reason,
+        "sites": sites, "answered": details.get("answered"), "epsilon": privacy["epsilon"],
+        "privacy": privacy["model"], "clipped": clipped, "seconds": round(seconds, 6), "reason": reason,
     }
 
 
 def _evaluate(outcome: Outcome, world: TrialWorld) -> tuple[float, float]:
-    if outcome.status == "ok":
-        lower, upper = world.model.interval(world.test_base, outcome.threshold)
-        return coverage_and_size(world.y_test, lower, upper)
-    if outcome.status == "infinite":
-        return 1.0, math.inf
-    return math.nan, math.nan
+    """Test-set coverage and mean size; with per-site thresholds (local calibration), the
+    average over sites of each site's own prediction set."""
+    if outcome.status == "aborted":
+        return math.nan, math.nan
+    thresholds = list(outcome.per_site.values()) if outcome.per_site else [outcome.threshold]
+    results = []
+    for threshold in thresholds:
+        if math.isinf(threshold):
+            results.append((1.0, math.inf))
+            continue
+        lower, upper = world.model.interval(world.test_base, threshold)
+        results.append(coverage_and_size(world.y_test, lower, upper))
+    return float(np.mean([c for c, _ in results])), float(np.mean([s for _, s in results]))

@@ -8,7 +8,9 @@ the model through sites.storage, and score the shard themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -25,6 +27,41 @@ class TrialWorld:
     shards: dict[str, tuple[np.ndarray, np.ndarray]]  # site id -> (X_cal_j, y_cal_j)
     y_test: np.ndarray
     test_base: np.ndarray  # the model's base predictions on the test set
+    train: tuple[np.ndarray, np.ndarray] = field(repr=False, default=None)
+
+    @cached_property
+    def public(self) -> "PublicFacts":
+        """Facts a scenario may use as public parameters (never from the calibration data)."""
+        return PublicFacts(self)
+
+    @cached_property
+    def calibration_scores(self) -> np.ndarray:
+        """Every site's scores pooled: the harness's omniscient view, for reports only."""
+        return np.concatenate([self.model.scores(X, y) for X, y in self.shards.values()])
+
+
+class PublicFacts(Mapping):
+    """score_min / score_max: the extreme conformity scores of the model on its own training
+    split, known to whoever trained it. Computed on first use."""
+
+    KEYS = ("score_min", "score_max")
+
+    def __init__(self, world: TrialWorld) -> None:
+        self._world, self._values = world, None
+
+    def __getitem__(self, key):
+        if key not in self.KEYS:
+            raise KeyError(key)
+        if self._values is None:
+            scores = self._world.model.scores(*self._world.train)
+            self._values = {"score_min": float(np.min(scores)), "score_max": float(np.max(scores))}
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self.KEYS)
+
+    def __len__(self):
+        return len(self.KEYS)
 
 
 def site_ids(count: int) -> list[str]:
@@ -53,4 +90,4 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
     parts = partition(np.arange(len(cal)), sizes, trial_rng(seed, trial, "partition"))
     shards = {site: (X_cal[part], dataset.y[cal][part]) for site, part in zip(ids, parts)}
     test_base = model.base_predictions(X_test)
-    return TrialWorld(trial, model.for_sites(), shards, y_test, test_base)
+    return TrialWorld(trial, model.for_sites(), shards, y_test, test_base, (X_train, dataset.y[train]))

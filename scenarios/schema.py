@@ -7,6 +7,7 @@ parameters without importing this module:
     {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le")
     {"type": "str", "choices": [...]}              {"type": "bool"}
     {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1}
+    {"type": "float_or", "choices": [...]}         a number, or one of the named strings
     {"type": "sizes"}   "equal", a list of positive integers (one per site), or a distribution
                         {distribution: lognormal, median, sigma | uniform, low, high; min, max, seed}
     {"type": "any"}     left to a later check
@@ -72,6 +73,14 @@ def _str(spec, value, path):
     if choices is not None and value not in choices:
         raise ScenarioError(path, _describe(spec), value)
     return value
+
+
+def _float_or(spec, value, path):
+    if isinstance(value, str):
+        if value in spec["choices"]:
+            return value
+        raise ScenarioError(path, _describe(spec), value)
+    return _float({**spec, "type": "float"}, value, path)
 
 
 def _bool(spec, value, path):
@@ -144,7 +153,7 @@ def _any(spec, value, path):
     return value
 
 
-_CHECKS = {"int": _int, "float": _float, "str": _str, "bool": _bool, "map": _map,
+_CHECKS = {"int": _int, "float": _float, "float_or": _float_or, "str": _str, "bool": _bool, "map": _map,
            "list": _list, "sizes": _sizes, "any": _any}
 
 
@@ -160,6 +169,8 @@ def _describe(spec) -> str:
     kind = spec["type"]
     if kind == "str" and spec.get("choices") is not None:
         return "one of " + ", ".join(repr(c) for c in spec["choices"])
+    if kind == "float_or":
+        return "a number or " + " or ".join(repr(c) for c in spec["choices"])
     words = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
              "map": "a mapping", "list": "a list", "sizes": "'equal' or a list of sizes", "any": "a value"}
     text = words[kind]

@@ -53,10 +53,11 @@ def test_run_writes_the_outputs(tmp_path):
     assert "fedcp_qq" in result.stdout
     assert {p.name for p in out.iterdir()} >= {"scenario.yaml", "results.csv", "events.jsonl", "summary.json", "logs"}
     rows = list(csv.DictReader(open(out / "results.csv")))
-    assert [r["method"] for r in rows] == ["fedcp_qq", "fedcp_avg", "centralized"]
+    assert [r["method"] for r in rows] == ["fedcp_qq", "fedcp_avg", "centralized", "fedcp2_qq", "private_cp",
+                                           "private_cp_local"]
     assert {"trial", "method", "coverage", "size"} <= set(rows[0])
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["trials"] == 1 and set(summary["methods"]) == {"fedcp_qq", "fedcp_avg", "centralized"}
+    assert summary["trials"] == 1 and set(summary["methods"]) == {r["method"] for r in rows}
     assert cli("run", "tests/scenarios/tiny.yaml", "--out", str(out), check=False).returncode != 0  # no overwrite
 
 

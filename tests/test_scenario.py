@@ -43,7 +43,7 @@ def base():
     (lambda d: d.pop("name"), "name", "(required)"),
     (lambda d: d.update(alpha=1.5), "alpha", "a number > 0 and < 1"),
     (lambda d: d["model"].update(kind="svm"), "model.kind", "one of 'cqr_forest', 'ridge'"),
-    (lambda d: d["methods"].append({"name": "fedcp_qqq"}), "methods[3].name", "one of"),
+    (lambda d: d["methods"].append({"name": "fedcp_qqq"}), "methods[6].name", "one of"),
     (lambda d: d["methods"].append({"name": "fedcp_qq"}), "methods", "distinct labels"),
     (lambda d: d["sites"].update(sizes=[10, 10]), "sites.sizes", "one size per site (4 values)"),
     (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal', a list of positive integers"),
@@ -55,6 +55,9 @@ def base():
     (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'romano2019'"),
     (lambda d: d["runtime"]["deadlines"].update(respond=0), "runtime.deadlines.respond", "a number > 0"),
     (lambda d: d["model"].update(params={"trees": 3}), "model.params.trees", "no field 'trees'"),
+    (lambda d: d["methods"][3].update(epsilon=-1), "methods[3].epsilon", "a number > 0"),
+    (lambda d: d["methods"][3]["bins"].update(hi="max"), "methods[3].bins.hi", "a number or 'training'"),
+    (lambda d: d["methods"][3].pop("epsilon"), "methods[3].epsilon", "(required)"),
 ])
 def test_errors_name_file_field_and_expectation(tmp_path, mutate, field, fragment):
     data = base()
@@ -82,7 +85,7 @@ def test_overrides_reach_nested_fields_and_list_items():
     data = apply_overrides(base(), ["sites.count=8", "methods.0.label=qq", "runtime.deadlines.join=5.5"])
     assert data["sites"]["count"] == 8 and data["methods"][0]["label"] == "qq"
     assert data["runtime"]["deadlines"]["join"] == 5.5
-    with pytest.raises(ScenarioError, match="a list index below 3"):
+    with pytest.raises(ScenarioError, match="a list index below 6"):
         apply_overrides(base(), ["methods.7.label=x"])
     with pytest.raises(ScenarioError, match="dotted.key=value"):
         apply_overrides(base(), ["sites.count"])
