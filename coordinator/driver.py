@@ -4,7 +4,8 @@ Generic: it runs whatever phases a method's coordinator half asks for, sends eac
 request, accepts answers through the phase table (protocol.phases) until every site answered
 or the phase deadline passed, decodes bodies with the method's codec, and hands the answers
 back. Sites that miss a deadline, refuse, or send an undecodable body are dropouts for that
-session. Every refusal and dropout is written to the event log with its reason.
+session. Every refusal and dropout is written to the event log with its reason, and every message
+sent or received, with its wire size, to the communication ledger (transport.ledger).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.randomness import join_session, method_session, site_rng
 from protocol.wire import SITE_TO_COORDINATOR, Envelope
 from transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
+from transport.ledger import Ledger, null_handshake_bytes
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,14 @@ class Deadlines:
 
 
 class Coordinator:
-    def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines) -> None:
+    def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
+                 ledger: Ledger | None = None) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
+        self.ledger = ledger if ledger is not None else Ledger()
         self.members: dict[str, int] = {}  # site id -> pid it reported
         self.guard = SequenceGuard()
         self.seed = 0
+        self._answer_rows: dict[str, dict] = {}  # the ledger row of each site's accepted answer
 
     # -- run level ---------------------------------------------------------------------------
 
@@ -43,20 +48,24 @@ class Coordinator:
         expected = set(expected)
         deadline = time.monotonic() + self.deadlines.hello
         while not expected <= set(self.members) and time.monotonic() < deadline:
-            envelope = self._receive(deadline)
+            envelope, row = self._receive(deadline)
             if envelope is not None:
+                row["accepted"] = 0
                 self._reject_envelope(envelope, f"{envelope.type!r} before the run started")
         for site in sorted(expected - set(self.members)):
             self.events.write("dropout", site=site, phase="hello",
                               reason=f"no hello within {self.deadlines.hello:g} s")
+        self.ledger.flush()
         return sorted(set(self.members) & expected)
 
     def open_trial(self, trial: int, seed: int, sites: Iterable[str]) -> tuple[dict[str, int], dict[str, str]]:
         """The join phase: sites load and score their trial data and answer with n_j."""
         session = join_session(trial)
         self.seed = seed
+        self.ledger.context = {"trial": trial, "session": session, "method": "", "codec": "", "phase": "join"}
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
         answers, dropped = self._phase(session, "join", sends, self.deadlines.join)
+        self.ledger.flush()
         sizes = {}
         for site, payload in sorted(answers.items()):
             if payload["n"] < 1:
@@ -68,19 +77,28 @@ class Coordinator:
         return sizes, dropped
 
     def shutdown(self) -> None:
+        self.ledger.context = {"trial": "", "session": "", "method": "", "codec": "", "phase": "shutdown"}
         for site in sorted(self.members):
-            self.channel.send(site, "shutdown", 0, {})
+            nbytes = self.channel.send(site, "shutdown", 0, {})
+            if nbytes is not None:
+                self.ledger.record(site=site, direction="down", mtype="shutdown", nbytes=nbytes)
+        self.ledger.flush()
 
     # -- method sessions ---------------------------------------------------------------------
 
-    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int],
+                   label: str | None = None) -> Outcome:
         session = method_session(trial, index)
         codec = method.make_codec()
         self.events.write("session_start", trial=trial, session=session, method=method.name,
                           sites=len(sizes))
         half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
         step = half.start()
+        rounds = 0
         while isinstance(step, Send):
+            rounds += 1
+            self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
+                                   "codec": method.codec, "phase": step.phase}
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": body})
                      for site, body in step.requests.items()}
             answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond)
@@ -90,11 +108,15 @@ class Coordinator:
                     decoded[site] = codec.decode(payload["body"])
                 except PayloadError as exc:
                     dropped[site] = f"undecodable {codec.name} body: {exc}"
+                    self._answer_rows[site]["accepted"] = 0
                     self.events.write("rejected", site=site, session=session, phase=step.phase,
                                       reason=dropped[site])
+                    continue
+                self._answer_rows[site]["info_bits"] = codec.information_bits(decoded[site])
             step = half.advance(step.phase, decoded, dropped)
+        self.ledger.flush()
         self.events.write("session_end", trial=trial, session=session, method=method.name,
-                          status=step.status, threshold=step.threshold, reason=step.reason)
+                          status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)
         return step
 
     # -- one phase ---------------------------------------------------------------------------
@@ -102,21 +124,27 @@ class Coordinator:
     def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float):
         dropped: dict[str, str] = {}
         reachable = []
+        self._answer_rows = {}
         for site, (mtype, payload) in sends.items():
             assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
-            if self.channel.send(site, mtype, session, payload):
+            nbytes = self.channel.send(site, mtype, session, payload)
+            if nbytes is not None:
                 reachable.append(site)
+                self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes)
             else:
                 dropped[site] = "not connected"
         collector = PhaseCollector(session, phase, frozenset(reachable))
         deadline = time.monotonic() + timeout
         while not collector.complete and time.monotonic() < deadline:
-            envelope = self._receive(deadline)
+            envelope, row = self._receive(deadline)
             if envelope is None:
                 continue
             reason = collector.offer(envelope)
             if reason:
+                row["accepted"] = 0
                 self._reject_envelope(envelope, reason)
+            else:
+                self._answer_rows[envelope.sender] = row
         for site, reason in collector.refusals.items():
             dropped[site] = f"refused: {reason}"
         for site in collector.missing():
@@ -125,21 +153,36 @@ class Coordinator:
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
         return collector.answers, dropped
 
-    def _receive(self, deadline: float) -> Envelope | None:
-        """Next acceptable envelope before `deadline`; hellos are absorbed into membership."""
+    def _receive(self, deadline: float) -> tuple[Envelope | None, dict | None]:
+        """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed
+        into membership. Every message received is in the ledger, accepted or not."""
         incoming = self.channel.receive(timeout_s=max(0.0, deadline - time.monotonic()))
         if incoming is None:
-            return None
+            return None, None
         reason = incoming.reason or self._check(incoming)
+        mtype = incoming.envelope.type if incoming.envelope is not None else "malformed"
+        row = self.ledger.record(site=incoming.peer, direction="up", mtype=mtype, nbytes=incoming.nbytes,
+                                 accepted=reason is None)
         if reason:
             self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
-            return None
+            return None, row
         envelope = incoming.envelope
         if envelope.type == "hello":
+            row.update(phase="hello", method="", codec="", trial="", session="")
+            if envelope.sender not in self.members:
+                self._record_handshake(envelope.sender)
             self.members[envelope.sender] = envelope.payload["pid"]
             self.events.write("hello", site=envelope.sender, pid=envelope.payload["pid"])
-            return None
-        return envelope
+            return None, row
+        return envelope, row
+
+    def _record_handshake(self, site: str) -> None:
+        """Connection setup by the ZMTP 3 NULL mechanism, once per site (see transport.ledger)."""
+        tags = {"phase": "connect", "method": "", "codec": "", "trial": "", "session": ""}
+        self.ledger.record(site=site, direction="up", mtype="handshake",
+                           nbytes=null_handshake_bytes("DEALER", site.encode()), **tags)
+        self.ledger.record(site=site, direction="down", mtype="handshake",
+                           nbytes=null_handshake_bytes("ROUTER", b""), **tags)
 
     def _check(self, incoming: Incoming) -> str | None:
         envelope = incoming.envelope

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import zmq
 
 from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
+from transport.ledger import message_wire_bytes
 
 COORDINATOR_ID = "coordinator"
 
@@ -19,7 +20,7 @@ COORDINATOR_ID = "coordinator"
 @dataclass(frozen=True)
 class Incoming:
     peer: str  # routing identity (at the coordinator) or "coordinator" (at a site)
-    nbytes: int
+    nbytes: int  # size on the wire (ZMTP frames, see transport.ledger)
     envelope: Envelope | None = None
     reason: str | None = None  # set when the frames could not be accepted
 
@@ -59,21 +60,21 @@ class CoordinatorChannel(_Channel):
         self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         super().__init__(socket, COORDINATOR_ID, max_bytes)
 
-    def send(self, site: str, mtype: str, session: int, payload: dict) -> bool:
-        """False when the site is not connected (ZeroMQ cannot route to it)."""
+    def send(self, site: str, mtype: str, session: int, payload: dict) -> int | None:
+        """The message's size on the wire, or None when the site is not connected."""
         data = self._pack(mtype, session, payload)
         try:
             self.socket.send_multipart([site.encode("utf-8"), data], flags=zmq.NOBLOCK)
         except zmq.ZMQError:
-            return False
-        return True
+            return None
+        return message_wire_bytes([len(data)])
 
     def receive(self, timeout_s: float) -> Incoming | None:
         if not self._poll(timeout_s):
             return None
         frames = self.socket.recv_multipart()
         peer = frames[0].decode("utf-8", errors="replace")
-        nbytes = sum(len(f) for f in frames[1:])
+        nbytes = message_wire_bytes(len(f) for f in frames[1:])
         if len(frames) != 2:
             return Incoming(peer, nbytes, reason=f"expected one message frame, got {len(frames) - 1}")
         return self._decode(peer, frames[1], nbytes)
@@ -97,7 +98,7 @@ class SiteChannel(_Channel):
         if not self._poll(timeout_s):
             return None
         frames = self.socket.recv_multipart()
-        nbytes = sum(len(f) for f in frames)
+        nbytes = message_wire_bytes(len(f) for f in frames)
         if len(frames) != 1:
             return Incoming(COORDINATOR_ID, nbytes, reason=f"expected one frame, got {len(frames)}")
         return self._decode(COORDINATOR_ID, frames[0], nbytes)

@@ -20,3 +20,8 @@ class Codec(ABC):
     @abstractmethod
     def decode(self, body: Any) -> Any:
         """Coordinator side: a received body -> the value, or PayloadError."""
+
+    @abstractmethod
+    def information_bits(self, value: Any) -> int:
+        """The information a decoded value carries, in bits: what the protocol must convey at the
+        least, against which the ledger's wire bytes show the overhead."""

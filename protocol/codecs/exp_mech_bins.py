@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from protocol.codecs.base import Codec, PayloadError
 
 
@@ -23,3 +25,6 @@ class ExpMechBins(Codec):
         if not 0 <= body < self.count:
             raise PayloadError(f"{self.name}: bin index {body} outside [0, {self.count})")
         return body
+
+    def information_bits(self, value) -> int:
+        return math.ceil(math.log2(self.count)) if self.count and self.count > 1 else 0

@@ -100,7 +100,8 @@ class PrivateCPLocal(_PrivateCPBase):
     privacy_model = "local"
 
     def make_codec(self):
-        return _PerSiteBins()
+        self._codec = _PerSiteBins()
+        return self._codec
 
     def plan(self, sizes):
         requests, grids = {}, {}
@@ -108,6 +109,8 @@ class PrivateCPLocal(_PrivateCPBase):
             bins, gamma, level = self._grid(n)
             grids[site] = bins
             requests[site] = {"level": level, "epsilon": self.epsilon, "bins": bins.as_body()}
+        if getattr(self, "_codec", None) is not None:
+            self._codec.largest = max(bins.count for bins in grids.values())
         return Planned(requests, state=grids)
 
     def combine(self, sizes, planned, answers, dropped, rng):
@@ -131,6 +134,10 @@ class _PerSiteBins:
     """Decoder for bin indices whose range differs per site: the range is checked in combine()."""
 
     name = "exp_mech_bins"
+    largest = 1  # the largest B_j of the session, set when planning
 
     def decode(self, body):
         return CODECS["exp_mech_bins"](count=2**63 - 1).decode(body)
+
+    def information_bits(self, value):
+        return CODECS["exp_mech_bins"](count=self.largest).information_bits(value)

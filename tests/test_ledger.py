@@ -1,0 +1,150 @@
+"""The communication ledger against the bytes the sockets actually carried."""
+
+import socket
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.codecs import CODECS
+from protocol.methods import METHODS
+from protocol.wire import Envelope, encode
+from runner.processes import SiteProcesses
+from runner.report import communication
+from runner.world import build_trial
+from scenarios.scenario import load_scenario
+from sites.storage import write_trial
+from tests.test_runtime import TINY
+from transport.channel import CoordinatorChannel
+from transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
+
+
+class CountingProxy(threading.Thread):
+    """A TCP relay in front of the coordinator that counts the bytes of each connection."""
+
+    def __init__(self, target_port):
+        super().__init__(daemon=True)
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        self.target = target_port
+        self.counts = []  # one [up, down] per accepted connection, in order
+        self.lock = threading.Lock()
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            counter = [0, 0]
+            with self.lock:
+                self.counts.append(counter)
+            for src, dst, index in ((client, upstream, 0), (upstream, client, 1)):
+                threading.Thread(target=self._pump, args=(src, dst, counter, index), daemon=True).start()
+
+    def _pump(self, src, dst, counter, index):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            with self.lock:
+                counter[index] += len(data)
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
+    scenario = load_scenario(TINY)
+    world = build_trial(scenario, 0)
+    write_trial(tmp_path, 0, world.model, world.shards)
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
+    proxy.start()
+    sites = sorted(world.shards)
+    procs = SiteProcesses(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path)
+    ledger = Ledger(tmp_path / "ledger.csv")
+    procs.start()
+    try:
+        coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30, join=30, respond=10), ledger)
+        assert coordinator.await_members(sites) == sites
+        sizes, _ = coordinator.open_trial(0, scenario["seed"], sites)
+        for index, method in enumerate([METHODS["fedcp_qq"](0.1), METHODS["centralized"](0.1),
+                                        METHODS["fedcp2_qq"](0.1, epsilon=2.0, bins={"count": 300, "lo": -3.0, "hi": 3.0})]):
+            coordinator.run_method(0, index, method.for_trial(world.public), sizes)
+        coordinator.shutdown()
+        procs.stop()
+        time.sleep(0.3)  # let the relay finish its last writes
+    finally:
+        procs.stop(timeout=0.1)
+        channel.close()
+    ledger_counts = defaultdict(lambda: [0, 0])
+    for row in ledger.rows:
+        ledger_counts[row["site"]][0 if row["direction"] == "up" else 1] += row["bytes"]
+    with proxy.lock:
+        relayed = sorted(tuple(c) for c in proxy.counts)
+    assert sorted(tuple(c) for c in ledger_counts.values()) == relayed
+    assert len(relayed) == len(sites)
+    assert (tmp_path / "ledger.csv").read_text().count("\n") == len(ledger.rows) + 1
+
+
+def test_known_sizes_of_the_simple_codecs():
+    def response(body, session=7, seq=2):
+        return message_wire_bytes([len(encode(Envelope("response", session, "site-049", seq,
+                                                      {"phase": "respond", "body": body})))])
+
+    base = response(b"") - 2 - 2  # the envelope around an empty body: minus frame header and bin8 header
+    assert base == 54
+    # msgpack body sizes: float64 = 1 + 8; fixint = 1; uint16 = 1 + 2; bin16 = 1 + 2 + data.
+    # ZMTP frame header: 2 bytes up to 255 bytes, 9 beyond.
+    assert response(CODECS["raw_quantile"]().encode(0.123)) == base + 9 + 2 == 65
+    assert response(CODECS["exp_mech_bins"](100).encode(57)) == base + 1 + 2 == 57
+    assert response(CODECS["exp_mech_bins"](1000).encode(999)) == base + 3 + 2
+    assert response(CODECS["raw_scores"]().encode(np.zeros(40))) == base + 3 + 320 + 9
+    assert response(CODECS["raw_scores"]().encode(np.zeros(1000))) == base + 3 + 8000 + 9
+
+
+def test_handshake_sizes_follow_zmtp():
+    assert null_handshake_bytes("DEALER", b"site-000") == 115
+    assert null_handshake_bytes("ROUTER", b"") == 107
+
+
+def test_information_bits():
+    assert CODECS["raw_quantile"]().information_bits(1.0) == 64
+    assert CODECS["raw_scores"]().information_bits(np.zeros(10)) == 640
+    assert CODECS["exp_mech_bins"](100).information_bits(3) == 7
+    assert CODECS["exp_mech_bins"](1024).information_bits(3) == 10
+
+
+def test_communication_report_arithmetic():
+    rows = []
+    for trial in (0, 1):
+        for site, up in (("a", 60), ("b", 70)):
+            rows.append(dict(trial=trial, session=trial * 1000 + 1, method="qq", codec="raw_quantile",
+                             phase="respond", site=site, direction="down", type="request", bytes=80,
+                             info_bits=0, accepted=1))
+            rows.append(dict(trial=trial, session=trial * 1000 + 1, method="qq", codec="raw_quantile",
+                             phase="respond", site=site, direction="up", type="response", bytes=up,
+                             info_bits=64, accepted=1))
+    cost = communication(rows)["qq"]
+    assert cost["bytes_up_per_site_mean"] == 65 and cost["bytes_up_per_site_max"] == 70
+    assert cost["bytes_down_per_site_mean"] == 80
+    assert cost["bytes_per_trial"] == 290 and cost["messages_per_trial"] == 4 and cost["rounds_per_trial"] == 1
+    assert cost["info_bits_per_trial"] == 128
+    assert cost["overhead_up"] == pytest.approx(8 * 260 / 256)
