@@ -23,6 +23,7 @@ test-all: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/plan_time.py
+	$(PY) bench/comm_cost.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

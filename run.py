@@ -32,7 +32,7 @@ def run(scenario, out, trials, overrides, backend, keep_work):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from runner.report import summary_table
+    from runner.report import communication_table, summary_table
     from runner.study import run_study
     from scenarios.scenario import load_scenario
 
@@ -54,7 +54,38 @@ def run(scenario, out, trials, overrides, backend, keep_work):
 
         summary = run_study(spec, out, backend=backend, progress=progress, keep_work=keep_work)
     console.print(summary_table(summary["methods"], spec["alpha"]))
+    if summary["communication"]:
+        console.print(communication_table(summary["communication"]))
     console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/")
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--grid", "grids", multiple=True, required=True, metavar="KEY=V1,V2,...",
+              help="A swept field and its values (repeatable; the product is run).")
+@click.option("--out", type=click.Path(file_okay=False), help="Sweep directory (default runs/NAME-sweep-TIMESTAMP).")
+@click.option("--trials", type=click.IntRange(min=1), help="Override the scenario's number of trials.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Fixed overrides for every run.")
+@click.option("--backend", type=click.Choice(["processes", "inprocess"]), default="processes", show_default=True)
+def sweep(scenario, grids, out, trials, overrides, backend):
+    """Run SCENARIO over the product of --grid values; write sweep.csv and cost/utility plots."""
+    from runner.sweep import parse_grid, run_sweep
+    from scenarios.scenario import load_scenario
+
+    overrides = list(overrides) + ([f"trials={trials}"] if trials else [])
+    try:
+        grid = parse_grid(list(grids))
+        name = _load_or_exit(load_scenario, scenario, overrides)["name"]
+        out = Path(out or f"runs/{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+        if (out / "sweep.csv").exists():
+            raise click.ClickException(f"{out} already holds sweep.csv; choose another --out")
+        rows = run_sweep(scenario, grid, out, overrides=overrides, backend=backend,
+                         progress=lambda i, n, label: click.echo(f"[{i}/{n}] {label}"))
+    except ScenarioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{len(rows)} rows in {out}/sweep.csv; plots: " +
+               ", ".join(sorted(p.name for p in out.glob("*.png"))))
 
 
 @cli.command()

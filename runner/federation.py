@@ -18,14 +18,15 @@ from protocol.randomness import method_session, site_rng
 from runner.processes import SiteProcesses
 from sites.local import SiteLocal
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
+from transport.ledger import Ledger
 
 
 class ProcessFederation:
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
-                 runtime: dict) -> None:
-        self.site_ids, self.events = site_ids, events
+                 runtime: dict, ledger: Ledger) -> None:
+        self.site_ids, self.events, self.ledger = site_ids, events, ledger
         self.channel = CoordinatorChannel(runtime["bind"])
-        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]))
+        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger)
         self.processes = SiteProcesses(site_ids, self.channel.endpoint, workdir, log_dir)
         self.present: list[str] = []
 
@@ -38,8 +39,8 @@ class ProcessFederation:
     def open_trial(self, trial: int, seed: int):
         return self.coordinator.open_trial(trial, seed, self.present)
 
-    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
-        return self.coordinator.run_method(trial, index, method, sizes)
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
+        return self.coordinator.run_method(trial, index, method, sizes, label)
 
     def close(self) -> None:
         self.coordinator.shutdown()
@@ -50,9 +51,12 @@ class ProcessFederation:
 
 
 class InProcessFederation:
+    """No sockets, hence no wire and an empty ledger."""
+
     def __init__(self, site_ids: list[str], workdir: Path, events: EventLog) -> None:
         self.sites = {site: SiteLocal(site, workdir) for site in site_ids}
         self.events = events
+        self.ledger = Ledger()
         self.seed = 0
 
     def start(self) -> list[str]:
@@ -62,7 +66,7 @@ class InProcessFederation:
         self.seed = seed
         return {site: local.open_trial(trial, seed) for site, local in self.sites.items()}, {}
 
-    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int]) -> Outcome:
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         session = method_session(trial, index)
 
         def ask(site, phase, body):

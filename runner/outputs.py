@@ -3,6 +3,7 @@
     scenario.yaml   the scenario exactly as run (defaults filled in, overrides applied)
     results.csv     one row per trial and method, appended and fsync'ed as each session ends
     events.jsonl    joins, dropouts, rejected messages, sessions (coordinator.events)
+    ledger.csv      every message at the coordinator's socket with its wire size (transport.ledger)
     summary.json    per-method aggregates, written at the end (and rebuilt from results.csv)
     logs/           one log file per site process
 """
@@ -30,6 +31,7 @@ class RunDirectory:
         self.work = self.path / "work"
         self.results = self.path / "results.csv"
         self.events = self.path / "events.jsonl"
+        self.ledger = self.path / "ledger.csv"
         self.summary = self.path / "summary.json"
 
     def write_scenario(self, scenario: dict) -> None:

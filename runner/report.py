@@ -60,3 +60,63 @@ def _fmt(value, digits=4):
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}f}"
+
+
+def communication(rows: list[dict]) -> dict[str, dict]:
+    """Per method label: bytes per site up and down (mean and max over sites and trials), bytes,
+    messages, rounds and information bits per trial, the overhead of wire bytes over the
+    information sent up, and bytes per phase. Trial setup (open/join) and connection traffic
+    (handshake, hello, shutdown) are reported under their own keys."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        key = row["method"] or ("trial setup" if row["phase"] == "join" else "connection")
+        groups[key].append(row)
+    return {key: _cost(items) for key, items in groups.items()}
+
+
+def _cost(rows: list[dict]) -> dict:
+    up, down = defaultdict(int), defaultdict(int)
+    per_trial_bytes, per_trial_messages, per_trial_bits = defaultdict(int), defaultdict(int), defaultdict(int)
+    phases_per_trial, phase_bytes = defaultdict(set), defaultdict(int)
+    for row in rows:
+        nbytes, trial = int(row["bytes"]), row["trial"]
+        (up if row["direction"] == "up" else down)[(trial, row["site"])] += nbytes
+        per_trial_bytes[trial] += nbytes
+        per_trial_messages[trial] += 1
+        per_trial_bits[trial] += int(row["info_bits"])
+        phases_per_trial[(trial, row["session"])].add(row["phase"])
+        phase_bytes[row["phase"]] += nbytes
+    trials = max(len(per_trial_bytes), 1)
+    sites = set(up) | set(down)
+    up_values = np.array([up[key] for key in sites], dtype=float)
+    down_values = np.array([down[key] for key in sites], dtype=float)
+    total_up = float(up_values.sum())
+    bits = float(sum(per_trial_bits.values()))
+    return {
+        "bytes_up_per_site_mean": float(up_values.mean()) if sites else 0.0,
+        "bytes_up_per_site_max": float(up_values.max()) if sites else 0.0,
+        "bytes_down_per_site_mean": float(down_values.mean()) if sites else 0.0,
+        "bytes_down_per_site_max": float(down_values.max()) if sites else 0.0,
+        "bytes_per_trial": float(sum(per_trial_bytes.values())) / trials,
+        "messages_per_trial": float(sum(per_trial_messages.values())) / trials,
+        "rounds_per_trial": float(sum(len(p) for p in phases_per_trial.values())) / trials,
+        "info_bits_per_trial": bits / trials,
+        "overhead_up": (8.0 * total_up / bits) if bits else None,
+        "bytes_per_phase_per_trial": {phase: b / trials for phase, b in sorted(phase_bytes.items())},
+    }
+
+
+def communication_table(costs: dict[str, dict]):
+    from rich.table import Table
+
+    table = Table(title="Communication per trial (ZMTP bytes at the coordinator's socket)")
+    for column in ("method", "rounds", "up B/site", "up max", "down B/site", "bytes", "messages",
+                   "info bits", "overhead"):
+        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    for key, c in costs.items():
+        table.add_row(key, f"{c['rounds_per_trial']:g}", f"{c['bytes_up_per_site_mean']:.1f}",
+                      f"{c['bytes_up_per_site_max']:.0f}", f"{c['bytes_down_per_site_mean']:.1f}",
+                      f"{c['bytes_per_trial']:.0f}", f"{c['messages_per_trial']:g}",
+                      f"{c['info_bits_per_trial']:.0f}",
+                      "-" if c["overhead_up"] is None else f"{c['overhead_up']:.1f}x")
+    return table

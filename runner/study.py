@@ -19,7 +19,9 @@ from models.scores import coverage_and_size
 from protocol.methods import METHODS, Outcome
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
-from runner.report import summarize
+from runner.plots import run_plots
+from runner.report import communication, summarize
+from transport.ledger import Ledger
 from runner.world import TrialWorld, build_trial, site_ids
 from scenarios.scenario import method_params
 from sites.storage import remove_trial, write_trial
@@ -39,7 +41,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     methods = [(spec["label"], METHODS[spec["name"]](scenario["alpha"], **method_params(spec)))
                for spec in scenario["methods"]]
     if backend == "processes":
-        federation = ProcessFederation(ids, rundir.work, rundir.logs, events, scenario["runtime"])
+        federation = ProcessFederation(ids, rundir.work, rundir.logs, events, scenario["runtime"],
+                                       Ledger(rundir.ledger))
     else:
         federation = InProcessFederation(ids, rundir.work, events)
     started = time.time()
@@ -57,7 +60,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             for index, (label, configured) in enumerate(methods):
                 method = configured.for_trial(world.public)
                 began = time.perf_counter()
-                outcome = federation.run_method(trial, index, method, sizes)
+                outcome = federation.run_method(trial, index, method, sizes, label)
                 row = _result_row(trial, label, method, outcome, world, len(sizes),
                                   time.perf_counter() - began)
                 rundir.append_result(row)
@@ -74,9 +77,13 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         "scenario": scenario["name"], "backend": backend, "alpha": scenario["alpha"],
         "trials": completed, "sites": len(ids), "device": device,
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
-        "events": events.counts,
+        "communication": communication(federation.ledger.rows), "events": events.counts,
     }
     rundir.write_summary(summary)
+    try:
+        run_plots(rundir.read_results(), scenario["alpha"], rundir.path)
+    except Exception as exc:  # a plot must never cost the results already written
+        EventLog(rundir.events).write("plot_failed", reason=f"{type(exc).__name__}: {exc}")
     return summary
 
 

@@ -80,3 +80,19 @@ def test_plan_with_dropouts_and_bad_arguments():
     assert cli("plan", "--alpha", "0.1", "--sizes", "10,x", check=False).returncode == 2
     assert cli("plan", "--alpha", "0.1", "--sizes", "10,12", "--sites", "2", "--n", "3", check=False).returncode == 2
     assert cli("plan", "--alpha", "0.1", "--sizes", "10,12", "--dropouts", "2", check=False).returncode == 2
+
+
+def test_sweep_writes_one_table_and_plots(tmp_path):
+    out = tmp_path / "sweep"
+    result = cli("sweep", "tests/scenarios/tiny.yaml", "--grid", "sites.count=2,4", "--trials", "1",
+                 "--set", "methods=[{name: fedcp_qq}, {name: centralized}]", "--out", str(out))
+    assert "4 rows" in result.stdout
+    rows = list(csv.DictReader(open(out / "sweep.csv")))
+    assert [(r["sites.count"], r["method"]) for r in rows] == [("2", "fedcp_qq"), ("2", "centralized"),
+                                                                ("4", "fedcp_qq"), ("4", "centralized")]
+    assert all(float(r["bytes_up_per_site"]) > 0 for r in rows)
+    assert {p.name for p in out.glob("*.png")} == {"cost_vs_sites_count.png", "utility_vs_cost.png"}
+    assert (out / "sites.count=2" / "ledger.csv").exists()
+    bad = cli("sweep", "tests/scenarios/tiny.yaml", "--grid", "sites.count=2,zero", "--out", str(tmp_path / "x"),
+              check=False)
+    assert bad.returncode == 2 and "sites.count" in bad.stderr

@@ -1,0 +1,86 @@
+"""Sweeps: run a scenario over the product of grid values and write one combined table.
+
+    python run.py sweep SCENARIO --grid sites.count=10,50,100 --grid methods.1.epsilon=1,10
+
+Each combination runs into DIR/<key=value,...>/ (a full run directory); DIR/sweep.csv has one
+row per combination and method with the swept values, utility, privacy and communication cost;
+DIR/cost_vs_KEY.png and DIR/utility_vs_cost.png plot them.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+
+import yaml
+
+from runner.plots import sweep_plots
+from runner.study import run_study
+from scenarios.scenario import load_scenario
+from scenarios.schema import ScenarioError
+
+SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
+                 "size_mean", "size_median", "guarantee_mean", "bytes_up_per_site", "bytes_down_per_site",
+                 "bytes_per_trial", "messages_per_trial", "rounds_per_trial", "info_bits_per_trial",
+                 "overhead_up", "run"]
+
+
+def parse_grid(items: list[str]) -> list[tuple[str, list]]:
+    """["a.b=1,2", "c=x,y"] -> [("a.b", [1, 2]), ("c", ["x", "y"])], values parsed as YAML."""
+    grid = []
+    for item in items:
+        if "=" not in item:
+            raise ScenarioError(item, "a grid of the form dotted.key=v1,v2,...")
+        key, raw = item.split("=", 1)
+        values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+        if not values:
+            raise ScenarioError(key, "at least one value in the grid", raw)
+        grid.append((key.strip(), values))
+    return grid
+
+
+def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrides=(), backend="processes",
+              progress=None) -> list[dict]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    keys = [key for key, _ in grid]
+    combos = list(itertools.product(*[values for _, values in grid]))
+    specs = []  # validate every combination before running any
+    for combo in combos:
+        sets = [f"{k}={json.dumps(v)}" for k, v in zip(keys, combo)]
+        specs.append((combo, load_scenario(scenario_path, list(overrides) + sets)))
+    rows = []
+    for number, (combo, spec) in enumerate(specs, start=1):
+        name = ",".join(f"{k}={v}" for k, v in zip(keys, combo)).replace("/", "_")
+        if progress is not None:
+            progress(number, len(specs), name)
+        summary = run_study(spec, out / name, backend=backend)
+        for method, stats in summary["methods"].items():
+            cost = summary["communication"].get(method, {})
+            row = dict(zip(keys, combo))
+            row.update({
+                "method": method, "codec": stats["codec"], "privacy": stats["privacy"], "epsilon": stats["epsilon"],
+                "trials": stats["trials"], "ok": stats["ok"], "coverage_mean": stats["coverage_mean"],
+                "coverage_std": stats["coverage_std"], "size_mean": stats["size_mean"],
+                "size_median": stats["size_median"], "guarantee_mean": stats["guarantee_mean"],
+                "bytes_up_per_site": cost.get("bytes_up_per_site_mean"),
+                "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
+                "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),
+                "rounds_per_trial": cost.get("rounds_per_trial"), "info_bits_per_trial": cost.get("info_bits_per_trial"),
+                "overhead_up": cost.get("overhead_up"), "run": name,
+            })
+            rows.append(row)
+        _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost
+    sweep_plots(rows, keys, out)
+    return rows
+
+
+def _write(path: Path, keys: list[str], rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys + SWEEP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
