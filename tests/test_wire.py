@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.codecs import CODECS, PayloadError
-from protocol.wire import PROTOCOL_VERSION, Envelope, WireError, decode, encode
+from protocol.wire import PROTOCOL_VERSION, Envelope, WireError, decode, encode, seal
 
 
 def response(body, session=19001, sender="site-049", seq=7):
@@ -18,7 +18,7 @@ def response(body, session=19001, sender="site-049", seq=7):
 def raw(**overrides):
     obj = {"v": PROTOCOL_VERSION, "t": "join", "s": 3, "f": "site-001", "n": 1, "p": {"n": 20}}
     obj.update(overrides)
-    return msgpack.packb(obj, use_bin_type=True)
+    return seal(msgpack.packb(obj, use_bin_type=True))
 
 
 def test_round_trip():
@@ -26,16 +26,29 @@ def test_round_trip():
     assert decode(encode(env)) == env
 
 
+def test_any_flipped_bit_is_detected():
+    data = bytearray(encode(response(0.5)))
+    for position in range(len(data)):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[position] ^= 1 << bit
+            with pytest.raises(WireError):
+                decode(bytes(damaged))
+
+
 def test_small_responses_are_lean():
     # A raw-quantile answer and a bin index must each be well under 100 bytes on the wire; the
-    # ZMTP frame adds 2 bytes to these envelopes (65 and 57 bytes).
-    assert len(encode(response(CODECS["raw_quantile"]().encode(1.2345)))) <= 65
-    assert len(encode(response(57))) <= 57
+    # ZMTP frame adds 2 bytes to these envelopes (69 and 61 bytes, CRC trailer included).
+    assert len(encode(response(CODECS["raw_quantile"]().encode(1.2345)))) <= 69
+    assert len(encode(response(57))) <= 61
 
 
 @pytest.mark.parametrize("data,fragment", [
-    (b"\xc1garbage", "not a msgpack message"),
-    (msgpack.packb([1, 2, 3]), "envelope must be a map"),
+    (seal(b"\xc1garbage"), "not a msgpack message"),
+    (b"\xc1garbage", "checksum mismatch"),
+    (raw()[:-1], "checksum mismatch"),
+    (b"abc", "too short"),
+    (seal(msgpack.packb([1, 2, 3])), "envelope must be a map"),
     (raw(v=2), "unsupported protocol version 2"),
     (raw(v="1"), "unsupported protocol version"),
     (raw(t="launch"), "unknown message type"),
@@ -48,8 +61,8 @@ def test_small_responses_are_lean():
     (raw(p={"n": 20, "extra": 1}), "payload fields must be"),
     (raw(p={"n": "20"}), "field 'n' must be an integer"),
     (raw(p={"n": True}), "field 'n' must be an integer"),
-    (msgpack.packb({"v": 1, "t": "join"}), "envelope keys must be"),
-    (msgpack.packb(msgpack.ExtType(5, b"x")), "extension type 5"),
+    (seal(msgpack.packb({"v": 1, "t": "join"})), "envelope keys must be"),
+    (seal(msgpack.packb(msgpack.ExtType(5, b"x"))), "extension type 5"),
 ])
 def test_rejects_malformed_messages_with_a_reason(data, fragment):
     with pytest.raises(WireError) as excinfo:
@@ -76,7 +89,7 @@ def test_random_bytes_raise_only_wire_errors(data):
         pass
 
 
-@pytest.mark.parametrize("body", ["1.0", None, True, [1.0], math.nan, -math.inf])
+@pytest.mark.parametrize("body", ["1.0", None, True, [1.0], math.nan, -math.inf, 3])
 def test_raw_quantile_codec_rejects_non_quantiles(body):
     with pytest.raises(PayloadError):
         CODECS["raw_quantile"]().decode(body)

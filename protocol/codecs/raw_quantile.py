@@ -1,4 +1,5 @@
-"""One raw score per site: a local order statistic, sent as a msgpack float64 (9 bytes)."""
+"""One raw score per site: a local order statistic, sent as a msgpack float64 (9 bytes).
+Decoding accepts a float only (an integer there would be a damaged message, not a quantile)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ class RawQuantile(Codec):
         return float(value)
 
     def decode(self, body) -> float:
-        if isinstance(body, bool) or not isinstance(body, (int, float)):
-            raise PayloadError(f"{self.name}: expected a number, got {type(body).__name__}")
-        value = float(body)
+        if not isinstance(body, float):  # the encoder always sends float64; anything else is damage
+            raise PayloadError(f"{self.name}: expected a float, got {type(body).__name__}")
+        value = body
         if math.isnan(value):
             raise PayloadError(f"{self.name}: NaN is not a quantile")
         if value == -math.inf:
