@@ -110,11 +110,11 @@ def test_known_sizes_of_the_simple_codecs():
                                                       {"phase": "respond", "body": body})))])
 
     base = response(b"") - 2 - 2  # the envelope around an empty body: minus frame header and bin8 header
-    assert base == 54
+    assert base == 58  # including the 4-byte CRC trailer
     # msgpack body sizes: float64 = 1 + 8; fixint = 1; uint16 = 1 + 2; bin16 = 1 + 2 + data.
     # ZMTP frame header: 2 bytes up to 255 bytes, 9 beyond.
-    assert response(CODECS["raw_quantile"]().encode(0.123)) == base + 9 + 2 == 65
-    assert response(CODECS["exp_mech_bins"](100).encode(57)) == base + 1 + 2 == 57
+    assert response(CODECS["raw_quantile"]().encode(0.123)) == base + 9 + 2 == 69
+    assert response(CODECS["exp_mech_bins"](100).encode(57)) == base + 1 + 2 == 61
     assert response(CODECS["exp_mech_bins"](1000).encode(999)) == base + 3 + 2
     assert response(CODECS["raw_scores"]().encode(np.zeros(40))) == base + 3 + 320 + 9
     assert response(CODECS["raw_scores"]().encode(np.zeros(1000))) == base + 3 + 8000 + 9

@@ -2,6 +2,8 @@
 
 A channel sends envelopes (numbering them) and receives frames, decoding them into an
 `Incoming`: either an envelope or the reason it was refused. It knows nothing of phases.
+With keys it runs CurveZMQ (transport.security); a secure coordinator channel owns its own
+ZeroMQ context, whose ZAP handler admits allow-listed site keys only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import zmq
 
 from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
 from transport.ledger import message_wire_bytes
+from transport.security import ClientKeys, ServerKeys, SiteAuthenticator, secure_client, secure_server
 
 COORDINATOR_ID = "coordinator"
 
@@ -23,11 +26,12 @@ class Incoming:
     nbytes: int  # size on the wire (ZMTP frames, see transport.ledger)
     envelope: Envelope | None = None
     reason: str | None = None  # set when the frames could not be accepted
+    user_id: str | None = None  # the site id ZAP authenticated the connection as (CURVE only)
 
 
 class _Channel:
-    def __init__(self, socket: zmq.Socket, sender: str, max_bytes: int) -> None:
-        self.socket, self.sender, self.max_bytes = socket, sender, max_bytes
+    def __init__(self, socket: zmq.Socket, sender: str, max_bytes: int, curve: bool) -> None:
+        self.socket, self.sender, self.max_bytes, self.curve = socket, sender, max_bytes, curve
         self._seq = itertools.count()
         self.poller = zmq.Poller()
         self.poller.register(socket, zmq.POLLIN)
@@ -38,61 +42,91 @@ class _Channel:
     def _poll(self, timeout_s: float) -> bool:
         return bool(self.poller.poll(max(0, int(timeout_s * 1000))))
 
-    def _decode(self, peer: str, data: bytes, nbytes: int) -> Incoming:
+    def _decode(self, peer: str, data: bytes, nbytes: int, user_id: str | None = None) -> Incoming:
         try:
-            return Incoming(peer, nbytes, envelope=decode(data, max_bytes=self.max_bytes))
+            return Incoming(peer, nbytes, envelope=decode(data, max_bytes=self.max_bytes), user_id=user_id)
         except WireError as exc:
-            return Incoming(peer, nbytes, reason=str(exc))
+            return Incoming(peer, nbytes, reason=str(exc), user_id=user_id)
 
     def close(self) -> None:
         self.socket.close(linger=0)
 
 
 class CoordinatorChannel(_Channel):
-    def __init__(self, endpoint: str, *, context: zmq.Context | None = None,
+    def __init__(self, endpoint: str, *, keys: ServerKeys | None = None, context: zmq.Context | None = None,
                  max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.authenticator = None
+        self._own_context = None
+        if keys is not None:
+            context = self._own_context = zmq.Context()
+            self.authenticator = SiteAuthenticator(context, keys.sites)
+            self.authenticator.start()
         context = context or zmq.Context.instance()
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished site raises, not drops
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        if keys is not None:
+            secure_server(socket, keys)
         socket.bind(endpoint)
         self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        super().__init__(socket, COORDINATOR_ID, max_bytes)
+        super().__init__(socket, COORDINATOR_ID, max_bytes, curve=keys is not None)
 
     def send(self, site: str, mtype: str, session: int, payload: dict) -> int | None:
         """The message's size on the wire, or None when the site is not connected."""
-        data = self._pack(mtype, session, payload)
+        return self.send_raw(site, [self._pack(mtype, session, payload)])
+
+    def pack(self, mtype: str, session: int, payload: dict) -> bytes:
+        return self._pack(mtype, session, payload)
+
+    def send_raw(self, site: str, frames: list[bytes]) -> int | None:
         try:
-            self.socket.send_multipart([site.encode("utf-8"), data], flags=zmq.NOBLOCK)
+            self.socket.send_multipart([site.encode("utf-8"), *frames], flags=zmq.NOBLOCK)
         except zmq.ZMQError:
             return None
-        return message_wire_bytes([len(data)])
+        return message_wire_bytes([len(f) for f in frames], self.curve)
 
     def receive(self, timeout_s: float) -> Incoming | None:
         if not self._poll(timeout_s):
             return None
-        frames = self.socket.recv_multipart()
-        peer = frames[0].decode("utf-8", errors="replace")
-        nbytes = message_wire_bytes(len(f) for f in frames[1:])
+        frames = self.socket.recv_multipart(copy=False)
+        peer = frames[0].bytes.decode("utf-8", errors="replace")
+        user_id = frames[1].get("User-Id") if self.curve and len(frames) > 1 else None
+        nbytes = message_wire_bytes([len(f.bytes) for f in frames[1:]], self.curve)
         if len(frames) != 2:
-            return Incoming(peer, nbytes, reason=f"expected one message frame, got {len(frames) - 1}")
-        return self._decode(peer, frames[1], nbytes)
+            return Incoming(peer, nbytes, reason=f"expected one message frame, got {len(frames) - 1}",
+                            user_id=user_id)
+        return self._decode(peer, frames[1].bytes, nbytes, user_id)
+
+    def close(self) -> None:
+        super().close()
+        if self.authenticator is not None:
+            self.authenticator.stop()
+        if self._own_context is not None:
+            self._own_context.term()
 
 
 class SiteChannel(_Channel):
-    def __init__(self, endpoint: str, site_id: str, *, context: zmq.Context | None = None,
-                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+    def __init__(self, endpoint: str, site_id: str, *, keys: ClientKeys | None = None,
+                 context: zmq.Context | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
         context = context or zmq.Context.instance()
         socket = context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 1000)  # let a last answer leave before exit
         socket.setsockopt(zmq.ROUTING_ID, site_id.encode("utf-8"))
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        if keys is not None:
+            secure_client(socket, keys)
         socket.connect(endpoint)
-        super().__init__(socket, site_id, max_bytes)
+        super().__init__(socket, site_id, max_bytes, curve=keys is not None)
 
     def send(self, mtype: str, session: int, payload: dict) -> None:
-        self.socket.send(self._pack(mtype, session, payload))
+        self.send_raw([self._pack(mtype, session, payload)])
+
+    def pack(self, mtype: str, session: int, payload: dict) -> bytes:
+        return self._pack(mtype, session, payload)
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        self.socket.send_multipart(frames)
 
     def receive(self, timeout_s: float) -> Incoming | None:
         if not self._poll(timeout_s):

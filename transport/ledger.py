@@ -2,11 +2,13 @@
 size on the wire, tagged with trial, session, method, codec, phase, site and direction.
 
 Sizes are ZMTP 3 wire sizes (RFC 23): each frame costs a flags byte, a 1-byte length (8 bytes
-above 255) and its body; the ROUTER's routing-identity frame never travels. Every connection
-first exchanges a 64-byte greeting and a READY command carrying Socket-Type and Identity
-properties (`null_handshake_bytes`); the ledger records that once per site as `handshake`.
-TCP/IP headers are below this layer and not counted. `tests/test_ledger.py` checks these figures
-against the bytes a TCP proxy actually relays.
+above 255) and its body; the ROUTER's routing-identity frame never travels. Under CurveZMQ
+(RFC 26) each frame travels inside a MESSAGE command: the command name (8 bytes), a nonce (8),
+the box's flags byte (1) and MAC (16) add 33 bytes. Every connection first exchanges a 64-byte
+greeting and the mechanism's handshake, whose metadata carry Socket-Type and Identity
+(`handshake_bytes`); the ledger records that once per site as `handshake`. TCP/IP headers are
+below this layer and not counted. `tests/test_ledger.py` checks these figures against the bytes
+a TCP proxy actually relays, in both modes.
 
 In the star topology every message passes the coordinator's socket, so one ledger there sees
 all traffic that reaches it; a message lost before reaching it is, by definition, not carried.
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GREETING_BYTES = 64
+CURVE_MESSAGE_OVERHEAD = 33
 LEDGER_COLUMNS = ["trial", "session", "method", "codec", "phase", "site", "direction", "type", "bytes",
                   "info_bits", "accepted"]
 
@@ -29,17 +32,32 @@ def frame_bytes(length: int) -> int:
     return 1 + (1 if length <= 255 else 8) + length
 
 
-def message_wire_bytes(frame_lengths) -> int:
+def message_wire_bytes(frame_lengths, curve: bool = False) -> int:
     """Wire size of one message made of frames with these body lengths."""
-    return sum(frame_bytes(n) for n in frame_lengths)
+    extra = CURVE_MESSAGE_OVERHEAD if curve else 0
+    return sum(frame_bytes(n + extra) for n in frame_lengths)
+
+
+def _metadata(socket_type: str, identity: bytes) -> int:
+    """Socket-Type and Identity properties: name-length (1), name, value-length (4), value."""
+    properties = [(b"Socket-Type", socket_type.encode()), (b"Identity", identity)]
+    return sum(1 + len(k) + 4 + len(v) for k, v in properties)
 
 
 def null_handshake_bytes(socket_type: str, identity: bytes) -> int:
-    """Greeting plus READY under the NULL mechanism: READY's body is the command name
-    (1 + 5 bytes) and each property as name-length (1), name, value-length (4), value."""
-    properties = [(b"Socket-Type", socket_type.encode()), (b"Identity", identity)]
-    body = 1 + len(b"READY") + sum(1 + len(k) + 4 + len(v) for k, v in properties)
-    return GREETING_BYTES + frame_bytes(body)
+    """Greeting plus READY under the NULL mechanism (READY's body: "\x05READY" and metadata)."""
+    return GREETING_BYTES + frame_bytes(1 + len(b"READY") + _metadata(socket_type, identity))
+
+
+def handshake_bytes(curve: bool, socket_type: str, identity: bytes, client: bool) -> int:
+    """Bytes one side sends to set up a connection. CURVE (RFC 26): the client sends HELLO
+    (200-byte body) and INITIATE (257 bytes plus its metadata), the server WELCOME (168) and
+    READY (30 bytes plus its metadata)."""
+    if not curve:
+        return null_handshake_bytes(socket_type, identity)
+    if client:
+        return GREETING_BYTES + frame_bytes(200) + frame_bytes(257 + _metadata(socket_type, identity))
+    return GREETING_BYTES + frame_bytes(168) + frame_bytes(30 + _metadata(socket_type, identity))
 
 
 @dataclass
@@ -77,3 +95,11 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self._pending: list[dict] = []
+
+
+def read_ledger(path: Path) -> list[dict]:
+    """ledger.csv's rows (all of a run's, across resumes), or none."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -1,0 +1,111 @@
+"""CurveZMQ: who may connect, who may speak for whom, and what it costs on the wire."""
+
+import time
+from collections import defaultdict
+
+import zmq
+
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from protocol.wire import Envelope, encode
+from runner.processes import SiteProcesses
+from runner.world import build_trial
+from scenarios.scenario import load_scenario
+from sites.storage import write_trial
+from tests.test_ledger import CountingProxy
+from tests.test_runtime import TINY
+from transport.channel import CoordinatorChannel
+from transport.ledger import Ledger, handshake_bytes
+from transport.security import generate_keys, load_client_keys, load_server_keys, secure_client
+
+SITES = ["site-000", "site-001", "site-002", "site-003"]
+
+
+def secure_coordinator(tmp_path, events_path=None, ledger=None):
+    key_dir = generate_keys(tmp_path / "keys", SITES)
+    channel = CoordinatorChannel("tcp://127.0.0.1:*", keys=load_server_keys(key_dir, SITES))
+    return key_dir, channel, Coordinator(channel, EventLog(events_path), Deadlines(hello=3, join=10, respond=5), ledger)
+
+
+def dealer(endpoint, routing_id, keys=None):
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.ROUTING_ID, routing_id.encode())
+    if keys is not None:
+        secure_client(socket, keys)
+    socket.connect(endpoint)
+    return socket
+
+
+def hello(sender, seq=0):
+    return encode(Envelope("hello", 0, sender, seq, {"pid": 1}))
+
+
+def test_unknown_keys_and_plain_clients_cannot_join(tmp_path):
+    key_dir, channel, coordinator = secure_coordinator(tmp_path, tmp_path / "events.jsonl")
+    strangers = generate_keys(tmp_path / "stranger", ["site-000"])  # a valid-looking pair, not on the list
+    forged = load_client_keys(strangers, "site-000")
+    forged = type(forged)(load_client_keys(key_dir, "site-000").server_public, forged.public, forged.secret)
+    intruders = [dealer(channel.endpoint, "site-000", forged), dealer(channel.endpoint, "site-001")]
+    try:
+        for socket in intruders:
+            socket.send(hello(socket.getsockopt(zmq.ROUTING_ID).decode()), flags=zmq.NOBLOCK)
+        assert coordinator.await_members(["site-000", "site-001"]) == []  # nothing got through
+        assert '"event": "hello"' not in (tmp_path / "events.jsonl").read_text()
+        assert coordinator.ledger.rows == []  # not a byte reached the application
+    finally:
+        for socket in intruders:
+            socket.close(0)
+        channel.close()
+
+
+def test_a_site_cannot_speak_for_another(tmp_path):
+    key_dir, channel, coordinator = secure_coordinator(tmp_path, tmp_path / "events.jsonl")
+    honest = dealer(channel.endpoint, "site-000", load_client_keys(key_dir, "site-000"))
+    impostor = dealer(channel.endpoint, "site-002", load_client_keys(key_dir, "site-001"))  # site-001's key
+    try:
+        honest.send(hello("site-000"))
+        impostor.send(hello("site-002"))
+        assert coordinator.await_members(["site-000", "site-002"]) == ["site-000"]
+        rejected = [row for row in coordinator.ledger.rows if not row["accepted"]]
+        assert [row["site"] for row in rejected] == ["site-002"]
+        log = (tmp_path / "events.jsonl").read_text()
+        assert "authenticated as 'site-001' sent with routing id 'site-002'" in log
+    finally:
+        honest.close(0)
+        impostor.close(0)
+        channel.close()
+
+
+def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
+    scenario = load_scenario(TINY)
+    world = build_trial(scenario, 0)
+    write_trial(tmp_path / "work", 0, world.model, world.shards)
+    ledger = Ledger()
+    key_dir, channel, coordinator = secure_coordinator(tmp_path, ledger=ledger)
+    proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
+    proxy.start()
+    procs = SiteProcesses(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir)
+    procs.start()
+    try:
+        coordinator.deadlines = Deadlines(hello=30, join=30, respond=10)
+        assert coordinator.await_members(SITES) == SITES
+        sizes, _ = coordinator.open_trial(0, scenario["seed"], SITES)
+        for index, method in enumerate([METHODS["fedcp_qq"](0.1), METHODS["centralized"](0.1)]):
+            outcome = coordinator.run_method(0, index, method, sizes)
+            assert outcome.status == "ok"
+        coordinator.shutdown()
+        procs.stop()
+        time.sleep(0.3)
+    finally:
+        procs.stop(timeout=0.1)
+        channel.close()
+    totals = defaultdict(lambda: [0, 0])
+    for row in ledger.rows:
+        totals[row["site"]][0 if row["direction"] == "up" else 1] += row["bytes"]
+    with proxy.lock:
+        relayed = sorted(tuple(c) for c in proxy.counts)
+    assert sorted(tuple(c) for c in totals.values()) == relayed
+    assert handshake_bytes(True, "DEALER", b"site-000", client=True) == 575
+    assert handshake_bytes(True, "ROUTER", b"", client=False) == 301

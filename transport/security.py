@@ -1,0 +1,103 @@
+"""Transport security: CurveZMQ (libzmq's CURVE mechanism, via pyzmq) with an allow-list.
+
+Keys are files in a key directory, in pyzmq's certificate format (zmq.auth.create_certificates):
+
+    coordinator.key, coordinator.key_secret     the coordinator's key pair
+    site-007.key, site-007.key_secret           each site's key pair
+
+The coordinator holds every site's public key and its own secret; a site holds its own secret
+and the coordinator's public key. The coordinator's ZAP handler admits a connection only if its
+long-term key is on the allow-list and names it by the site id that key belongs to (ZAP
+User-Id); the driver then refuses any message whose routing id differs from that name, so a
+site cannot speak for another. A process with an unknown key never completes the handshake.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
+
+COORDINATOR_KEY = "coordinator"
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    public: bytes
+    secret: bytes
+    sites: dict[bytes, str]  # allowed site public key (Z85) -> site id
+
+
+@dataclass(frozen=True)
+class ClientKeys:
+    server_public: bytes
+    public: bytes
+    secret: bytes
+
+
+def generate_keys(directory: str | Path, site_ids) -> Path:
+    """Create a key pair for the coordinator and for each site (existing files are kept)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in [COORDINATOR_KEY, *site_ids]:
+        if not (directory / f"{name}.key_secret").exists():
+            zmq.auth.create_certificates(str(directory), name)
+    return directory
+
+
+def load_server_keys(directory: str | Path, site_ids) -> ServerKeys:
+    directory = Path(directory)
+    public, secret = _load(directory, COORDINATOR_KEY, secret=True)
+    sites = {}
+    for site in site_ids:
+        site_public, _ = _load(directory, site, secret=False)
+        sites[site_public] = site
+    return ServerKeys(public, secret, sites)
+
+
+def load_client_keys(directory: str | Path, site_id: str) -> ClientKeys:
+    directory = Path(directory)
+    server_public, _ = _load(directory, COORDINATOR_KEY, secret=False)
+    public, secret = _load(directory, site_id, secret=True)
+    return ClientKeys(server_public, public, secret)
+
+
+def _load(directory: Path, name: str, secret: bool) -> tuple[bytes, bytes | None]:
+    path = directory / (f"{name}.key_secret" if secret else f"{name}.key")
+    if not path.exists():
+        raise FileNotFoundError(f"no {'secret' if secret else 'public'} key for {name!r} in {directory}")
+    return zmq.auth.load_certificate(str(path))
+
+
+class SiteAuthenticator(ThreadAuthenticator):
+    """ZAP handler: admit only allow-listed CURVE keys, naming each by its site id."""
+
+    def __init__(self, context: zmq.Context, sites: dict[bytes, str]) -> None:
+        super().__init__(context)
+        self.sites = sites
+
+    def callback(self, domain: str, key: bytes) -> bool:  # credentials provider (Z85 key)
+        return key in self.sites
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return self.sites[z85.encode(client_public_key)]
+
+    def start(self) -> None:
+        super().start()
+        self.configure_curve_callback(domain="*", credentials_provider=self)
+
+
+def secure_server(socket: zmq.Socket, keys: ServerKeys) -> None:
+    socket.curve_secretkey = keys.secret
+    socket.curve_publickey = keys.public
+    socket.curve_server = True
+
+
+def secure_client(socket: zmq.Socket, keys: ClientKeys) -> None:
+    socket.curve_serverkey = keys.server_public
+    socket.curve_publickey = keys.public
+    socket.curve_secretkey = keys.secret
