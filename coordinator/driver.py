@@ -5,7 +5,9 @@ request, accepts answers through the phase table (protocol.phases) until every s
 or the phase deadline passed, decodes bodies with the method's codec, and hands the answers
 back. Sites that miss a deadline, refuse, or send an undecodable body are dropouts for that
 session. Every refusal and dropout is written to the event log with its reason, and every message
-sent or received, with its wire size, to the communication ledger (transport.ledger).
+sent or received, with its wire size, to the communication ledger (transport.ledger). Scripted
+faults on the coordinator's side (messages to sites dropped, delayed, duplicated, held back or
+corrupted; the coordinator killed when a phase begins) are applied here, by transport.faults.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.randomness import join_session, method_session, site_rng
 from protocol.wire import SITE_TO_COORDINATOR, Envelope
 from transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
-from transport.ledger import Ledger, null_handshake_bytes
+from transport.faults import FaultInjector, kill_self
+from transport.ledger import Ledger, handshake_bytes
+from transport.outbox import Outbox
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,11 @@ class Deadlines:
 
 class Coordinator:
     def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
-                 ledger: Ledger | None = None) -> None:
+                 ledger: Ledger | None = None, faults: FaultInjector | None = None) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
         self.ledger = ledger if ledger is not None else Ledger()
+        self.faults = faults
+        self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
         self.members: dict[str, int] = {}  # site id -> pid it reported
         self.guard = SequenceGuard()
         self.seed = 0
@@ -63,8 +69,9 @@ class Coordinator:
         session = join_session(trial)
         self.seed = seed
         self.ledger.context = {"trial": trial, "session": session, "method": "", "codec": "", "phase": "join"}
+        self._maybe_die(trial, "join", None)
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
-        answers, dropped = self._phase(session, "join", sends, self.deadlines.join)
+        answers, dropped = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
         self.ledger.flush()
         sizes = {}
         for site, payload in sorted(answers.items()):
@@ -84,6 +91,24 @@ class Coordinator:
                 self.ledger.record(site=site, direction="down", mtype="shutdown", nbytes=nbytes)
         self.ledger.flush()
 
+    def _sent(self, site: str, mtype: str, nbytes: int) -> None:
+        """What actually left (after any scripted fault), into the ledger."""
+        self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes)
+
+    def _maybe_die(self, trial, phase, method) -> None:
+        rule = self.faults.kill_coordinator(trial, phase, method) if self.faults is not None else None
+        if rule is not None:
+            self.events.write("fault", rule=rule.index, action="kill_coordinator", trial=trial, phase=phase)
+            self.ledger.flush()
+            kill_self()
+
+    def _log_faults(self) -> None:
+        if self.faults is None:
+            return
+        for rule, where in self.faults.fired:
+            self.events.write("fault", rule=rule.index, action=rule.action, direction="down", **where)
+        self.faults.fired.clear()
+
     # -- method sessions ---------------------------------------------------------------------
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int],
@@ -99,9 +124,11 @@ class Coordinator:
             rounds += 1
             self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
                                    "codec": method.codec, "phase": step.phase}
+            self._maybe_die(trial, step.phase, method.name)
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": body})
                      for site, body in step.requests.items()}
-            answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond)
+            answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond,
+                                           trial=trial, method=method.name)
             decoded = {}  # in site-id order, so that methods see the same order in every backend
             for site, payload in sorted(answers.items()):
                 try:
@@ -121,18 +148,19 @@ class Coordinator:
 
     # -- one phase ---------------------------------------------------------------------------
 
-    def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float):
+    def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
+               trial=None, method=None):
         dropped: dict[str, str] = {}
         reachable = []
         self._answer_rows = {}
         for site, (mtype, payload) in sends.items():
             assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
-            nbytes = self.channel.send(site, mtype, session, payload)
-            if nbytes is not None:
+            data = self.channel.pack(mtype, session, payload)
+            if self.outbox.send(data, mtype, peer=site, trial=trial, phase=phase, method=method):
                 reachable.append(site)
-                self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes)
             else:
                 dropped[site] = "not connected"
+        self._log_faults()
         collector = PhaseCollector(session, phase, frozenset(reachable))
         deadline = time.monotonic() + timeout
         while not collector.complete and time.monotonic() < deadline:
@@ -156,7 +184,9 @@ class Coordinator:
     def _receive(self, deadline: float) -> tuple[Envelope | None, dict | None]:
         """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed
         into membership. Every message received is in the ledger, accepted or not."""
-        incoming = self.channel.receive(timeout_s=max(0.0, deadline - time.monotonic()))
+        self.outbox.flush()
+        incoming = self.channel.receive(timeout_s=self.outbox.timeout(max(0.0, deadline - time.monotonic())))
+        self.outbox.flush()
         if incoming is None:
             return None, None
         reason = incoming.reason or self._check(incoming)
@@ -177,15 +207,19 @@ class Coordinator:
         return envelope, row
 
     def _record_handshake(self, site: str) -> None:
-        """Connection setup by the ZMTP 3 NULL mechanism, once per site (see transport.ledger)."""
+        """Connection setup (greeting and handshake), once per site (see transport.ledger)."""
         tags = {"phase": "connect", "method": "", "codec": "", "trial": "", "session": ""}
+        curve = self.channel.curve
         self.ledger.record(site=site, direction="up", mtype="handshake",
-                           nbytes=null_handshake_bytes("DEALER", site.encode()), **tags)
+                           nbytes=handshake_bytes(curve, "DEALER", site.encode(), client=True), **tags)
         self.ledger.record(site=site, direction="down", mtype="handshake",
-                           nbytes=null_handshake_bytes("ROUTER", b""), **tags)
+                           nbytes=handshake_bytes(curve, "ROUTER", b"", client=False), **tags)
 
     def _check(self, incoming: Incoming) -> str | None:
         envelope = incoming.envelope
+        if self.channel.curve and incoming.user_id != incoming.peer:
+            return (f"connection authenticated as {incoming.user_id!r} sent with routing id "
+                    f"{incoming.peer!r}: a site cannot speak for another")
         if envelope.sender != incoming.peer:
             return f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
         if envelope.type not in SITE_TO_COORDINATOR:

@@ -4,6 +4,10 @@ It validates every message (envelope, direction, sequence), answers `open` with 
 `request` with a `response`, replies `error` with the reason to any request it cannot serve,
 and exits on `shutdown`, when its parent process disappears, or after `idle_timeout` seconds
 without a message. A bad message is logged and dropped; it never ends the process.
+
+Scripted faults (transport.faults) act here and nowhere else on the site side: before
+answering, the injector may make the process crash, stay silent, or answer late; everything
+sent goes through an Outbox that may drop, duplicate, hold back or corrupt it.
 """
 
 from __future__ import annotations
@@ -14,27 +18,36 @@ import time
 
 from protocol.methods import RequestError
 from protocol.phases import SequenceGuard
+from protocol.randomness import SESSIONS_PER_TRIAL
 from protocol.wire import COORDINATOR_TO_SITE
 from sites.local import SiteLocal
 from transport.channel import SiteChannel
+from transport.faults import FaultInjector, kill_self
+from transport.outbox import Outbox
+from transport.security import ClientKeys
 
 log = logging.getLogger("quorum.site")
 
 
-def serve(site_id: str, endpoint: str, workdir: str, *, parent_pid: int | None = None,
-          idle_timeout: float | None = None) -> int:
-    channel = SiteChannel(endpoint, site_id)
-    local = SiteLocal(site_id, workdir)
+def serve(site_id: str, endpoint: str, workdir: str, *, parent_alive=None,
+          idle_timeout: float | None = None, keys: ClientKeys | None = None,
+          faults: FaultInjector | None = None, scenario: dict | None = None) -> int:
+    """Serve until shutdown; `parent_alive()` (optional) says whether the launcher still runs."""
+    channel = SiteChannel(endpoint, site_id, keys=keys)
+    local = SiteLocal(site_id, workdir, scenario=scenario)
+    outbox = Outbox(lambda peer, data: channel.send_raw([data]) or 0, faults)
     guard = SequenceGuard()
-    channel.send("hello", 0, {"pid": os.getpid()})
-    log.info("%s (pid %d) connected to %s", site_id, os.getpid(), endpoint)
+    outbox.send(channel.pack("hello", 0, {"pid": os.getpid()}), "hello", phase="hello")
+    log.info("%s (pid %d) connected to %s%s", site_id, os.getpid(), endpoint, " with CURVE" if keys else "")
     last_heard = time.monotonic()
     try:
         while True:
-            incoming = channel.receive(timeout_s=1.0)
+            incoming = channel.receive(timeout_s=outbox.timeout(1.0))
+            outbox.flush()
+            _log_faults(faults)
             if incoming is None:
-                if parent_pid is not None and not _alive(parent_pid):
-                    log.warning("parent process %d is gone; exiting", parent_pid)
+                if parent_alive is not None and not parent_alive():
+                    log.warning("the launching process is gone; exiting")
                     return 1
                 if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
                     log.warning("nothing heard for %.0f s; exiting", idle_timeout)
@@ -52,45 +65,63 @@ def serve(site_id: str, endpoint: str, workdir: str, *, parent_pid: int | None =
                 continue
             if envelope.type == "shutdown":
                 log.info("shutdown received")
+                outbox.flush()
                 return 0
-            _handle(channel, local, envelope)
+            _handle(channel, outbox, local, envelope, faults)
     finally:
         channel.close()
 
 
-def _handle(channel: SiteChannel, local: SiteLocal, envelope) -> None:
+def _handle(channel: SiteChannel, outbox: Outbox, local: SiteLocal, envelope, faults) -> None:
     payload, session = envelope.payload, envelope.session
+    if envelope.type == "close":
+        local.close_session(session)
+        return
+    if envelope.type == "open":
+        trial, phase, method = payload["trial"], "join", None
+    else:
+        trial, phase, method = session // SESSIONS_PER_TRIAL, payload["phase"], payload["method"]
+    delay = 0.0
+    behaviour = faults.behaviour(trial, phase, method) if faults is not None else None
+    if behaviour is not None:
+        action, seconds = behaviour
+        log.warning("scripted fault: %s in trial %s, phase %s", action, trial, phase)
+        if action == "crash":
+            logging.shutdown()
+            kill_self()
+        if action == "straggle":
+            return
+        delay = seconds
+
+    def reply(mtype, body):
+        outbox.send(channel.pack(mtype, session, body), mtype, trial=trial, phase=phase, method=method, delay=delay)
+
     if envelope.type == "open":
         try:
-            n = local.open_trial(payload["trial"], payload["seed"])
+            n = local.open_trial(trial, payload["seed"])
         except Exception as exc:  # a broken shard or model must not end the site
-            log.exception("cannot open trial %s", payload["trial"])
-            channel.send("error", session, {"phase": "join",
-                                            "reason": f"cannot open trial {payload['trial']}: {exc}"})
+            log.exception("cannot open trial %s", trial)
+            reply("error", {"phase": "join", "reason": f"cannot open trial {trial}: {exc}"})
             return
-        channel.send("join", session, {"n": n})
-    elif envelope.type == "request":
-        try:
-            body = local.answer(session, payload["method"], payload["phase"], payload["body"])
-        except RequestError as exc:
-            log.warning("refused request in session %d: %s", session, exc)
-            channel.send("error", session, {"phase": payload["phase"], "reason": str(exc)})
-            return
-        except Exception as exc:  # a failing site half is reported, not fatal
-            log.exception("site half failed in session %d", session)
-            channel.send("error", session, {"phase": payload["phase"],
-                                            "reason": f"site failure: {type(exc).__name__}: {exc}"})
-            return
-        channel.send("response", session, {"phase": payload["phase"], "body": body})
-    elif envelope.type == "close":
-        local.close_session(session)
-
-
-def _alive(pid: int) -> bool:
+        reply("join", {"n": n})
+        return
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        body = local.answer(session, method, phase, payload["body"])
+    except RequestError as exc:
+        log.warning("refused request in session %d: %s", session, exc)
+        reply("error", {"phase": phase, "reason": str(exc)})
+        return
+    except Exception as exc:  # a failing site half is reported, not fatal
+        log.exception("site half failed in session %d", session)
+        reply("error", {"phase": phase, "reason": f"site failure: {type(exc).__name__}: {exc}"})
+        return
+    reply("response", {"phase": phase, "body": body})
+
+
+def _log_faults(faults: FaultInjector | None) -> None:
+    if faults is None:
+        return
+    for rule, where in faults.fired:
+        log.warning("scripted fault %d (%s) applied: %s", rule.index, rule.action, where)
+    faults.fired.clear()
+

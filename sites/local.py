@@ -2,6 +2,12 @@
 
 Opening a trial loads the site's shard and the model, and scores the shard locally; a request
 then goes to the method's site half, built once per session, whose value the codec encodes.
+
+A site started on another host (`run.py site --scenario S`) has no harness writing its shard:
+given the scenario, it rebuilds the trial's world itself (the world is a deterministic function
+of the scenario and the trial) and keeps only its own shard and the model. In a deployment the
+site's data would simply be there; this is how the simulation puts it there without shipping
+anything over the wire.
 """
 
 from __future__ import annotations
@@ -11,12 +17,12 @@ import numpy as np
 from protocol.codecs import CODECS
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
-from sites.storage import read_model, read_shard
+from sites.storage import read_model, read_shard, shard_path, write_trial
 
 
 class SiteLocal:
-    def __init__(self, site_id: str, workdir) -> None:
-        self.site_id, self.workdir = site_id, workdir
+    def __init__(self, site_id: str, workdir, scenario: dict | None = None) -> None:
+        self.site_id, self.workdir, self.scenario = site_id, workdir, scenario
         self.trial: int | None = None
         self.seed = 0
         self.scores = np.empty(0)
@@ -25,6 +31,11 @@ class SiteLocal:
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Load and score this site's calibration data for `trial`; return n_j."""
+        if self.scenario is not None and not shard_path(self.workdir, trial, self.site_id).exists():
+            from runner.world import build_trial
+
+            world = build_trial(self.scenario, trial)
+            write_trial(self.workdir, trial, world.model, {self.site_id: world.shards[self.site_id]})
         X, y = read_shard(self.workdir, trial, self.site_id)
         model = read_model(self.workdir, trial)
         self.scores = np.asarray(model.scores(X, y), dtype=float)

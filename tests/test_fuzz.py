@@ -1,0 +1,156 @@
+"""Ten thousand malformed messages at a live coordinator and at a live site process: neither
+crashes nor hangs, every message is accounted for, and valid traffic afterwards still works."""
+
+import math
+import threading
+import time
+
+import msgpack
+import numpy as np
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from protocol.wire import PROTOCOL_VERSION, seal
+from runner.processes import SiteProcesses
+from runner.world import build_trial
+from scenarios.scenario import load_scenario
+from sites.storage import write_trial
+from tests.test_runtime import TINY, start_fakes
+from transport.channel import CoordinatorChannel
+
+EXAMPLES = 10_000
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=list(HealthCheck))
+
+leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+                   st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.binary(max_size=12))
+trees = st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                     st.dictionaries(st.text(max_size=4), inner, max_size=4)),
+                     max_leaves=8)
+
+
+@st.composite
+def envelopes(draw, types):
+    """Envelope-shaped maps with one field damaged, a field missing or added, or a wild payload."""
+    env = {"v": PROTOCOL_VERSION, "t": draw(st.sampled_from(types)), "s": draw(st.integers(0, 5000)),
+           "f": draw(st.sampled_from(["site-000", "coordinator", "site-9", "x y"])),
+           "n": draw(st.integers(0, 50)), "p": draw(trees)}
+    change = draw(st.sampled_from(["value", "drop", "add", "payload", "none"]))
+    key = draw(st.sampled_from(list(env)))
+    if change == "value":
+        env[key] = draw(trees)
+    elif change == "drop":
+        env.pop(key)
+    elif change == "add":
+        env[draw(st.text(max_size=3))] = draw(trees)
+    return env
+
+
+def malformed(types):
+    packed = st.one_of(trees, envelopes(types)).map(lambda obj: msgpack.packb(obj, use_bin_type=True))
+    return st.one_of(st.binary(max_size=200), packed, packed.map(seal),
+                     packed.map(seal).map(lambda b: b[: max(1, len(b) // 2)]))
+
+
+def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=10, join=10, respond=5))
+    rogue = zmq.Context.instance().socket(zmq.DEALER)
+    rogue.setsockopt(zmq.ROUTING_ID, b"site-9")  # an id the fuzzed envelopes also use, not a real site's
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.connect(channel.endpoint)
+    stop = threading.Event()
+
+    def serve():  # the coordinator's receive loop, as it runs between and within phases
+        while not stop.is_set():
+            coordinator._receive(time.monotonic() + 0.2)
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    sent = []
+
+    @FUZZ
+    @given(malformed(["hello", "join", "response", "error", "open", "launch"]))
+    def throw(data):
+        rogue.send(data)
+        sent.append(data)
+
+    throw()
+    deadline = time.time() + 60
+    while len(coordinator.ledger.rows) < len(sent) and time.time() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    worker.join(5)
+    rogue.close(0)
+    assert len(sent) >= EXAMPLES and not worker.is_alive()
+    assert len(coordinator.ledger.rows) == len(sent)  # every message received and accounted for
+    assert sum(row["accepted"] for row in coordinator.ledger.rows) <= sum(b"hello" in d for d in sent)
+    fakes = start_fakes(channel.endpoint, 3, 20)  # valid traffic afterwards
+    try:
+        members = coordinator.await_members([f.site_id for f in fakes])
+        sizes, _ = coordinator.open_trial(0, 0, members)
+        outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
+        assert outcome.status == "ok" and outcome.details["answered"] == 3 and math.isfinite(outcome.threshold)
+    finally:
+        for fake in fakes:
+            fake.stop.set()
+        channel.close()
+
+
+def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
+    scenario = load_scenario(TINY)
+    world = build_trial(scenario, 0)
+    write_trial(tmp_path, 0, world.model, world.shards)
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
+    procs.start()
+    stop = threading.Event()
+    replies = []
+    try:
+        coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30, join=30, respond=10))
+        assert coordinator.await_members(["site-000"]) == ["site-000"]
+
+        def drain():  # the site answers some of it (errors); keep its outgoing queue moving
+            while not stop.is_set():
+                incoming = channel.receive(0.1)
+                if incoming is not None:
+                    replies.append(incoming)
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        sent = []
+
+        @FUZZ
+        @given(malformed(["open", "request", "close", "shutdown", "hello", "boom"]))
+        def throw(data):
+            if b"shutdown" in data:  # a well-formed shutdown would legitimately end the site
+                return
+            channel.socket.send_multipart([b"site-000", data])
+            sent.append(data)
+
+        throw()
+        time.sleep(2.0)
+        stop.set()
+        drainer.join(5)
+        assert len(sent) >= EXAMPLES * 0.9
+        assert procs.processes["site-000"].is_alive()
+        log = (tmp_path / "site-000.log").read_text()
+        assert log.count("rejected a message") >= len(sent) * 0.9
+        coordinator.guard.forget("site-000")  # the site's replies to the fuzz advanced its sequence
+        for reply in replies:
+            if reply.envelope is not None:
+                coordinator.guard.check(reply.envelope)
+        sizes, _ = coordinator.open_trial(0, scenario["seed"], ["site-000"])  # valid traffic afterwards
+        assert sizes == {"site-000": len(world.shards["site-000"][1])}
+        outcome = coordinator.run_method(0, 0, METHODS["centralized"](0.1), sizes)
+        assert outcome.status in ("ok", "infinite") and outcome.details["pooled"] == sizes["site-000"]
+        coordinator.shutdown()
+    finally:
+        stop.set()
+        procs.stop()
+        channel.close()
+    assert procs.exit_codes() == {"site-000": 0}

@@ -1,0 +1,63 @@
+"""Sending through the fault injector: what leaves now, what leaves later, what is held back.
+
+Both drivers send every message through an Outbox. Without faults it sends at once. With a
+FaultInjector it sends what the injector lets through, keeps delayed and held messages until
+their time, and reports each message that actually left (its destination, type and wire size)
+to `on_sent`, so the ledger counts what travelled rather than what was meant to.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from transport.faults import FaultInjector
+
+
+class Outbox:
+    def __init__(self, send_raw: Callable[[str | None, bytes], int | None], faults: FaultInjector | None = None,
+                 on_sent: Callable[[str | None, str, int], None] | None = None) -> None:
+        self._send_raw, self.faults, self.on_sent = send_raw, faults, on_sent
+        self.queue: list[tuple[float, bytes, str | None, str]] = []  # (due, data, peer, type)
+
+    def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, method=None, delay=0.0) -> bool:
+        """Queue or send one packed message; False if it could not leave at once (not connected)."""
+        now = time.monotonic()
+        if self.faults is None:
+            items = [(now + delay, data, peer)]
+        else:
+            items = self.faults.transform(data, now + delay, trial, phase, method, peer)
+        ok = True
+        for due, payload, destination in items:
+            if due <= now:
+                ok = self._emit(destination, payload, mtype) and ok
+            else:
+                self.queue.append((due, payload, destination, mtype))
+        return ok
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        ready = [item for item in self.queue if item[0] <= now]
+        self.queue = [item for item in self.queue if item[0] > now]
+        if self.faults is not None:
+            ready += [(t, d, p, "held") for t, d, p in self.faults.due(now)]
+        for _, data, peer, mtype in ready:
+            self._emit(peer, data, mtype)
+
+    def next_due(self) -> float | None:
+        times = [item[0] for item in self.queue]
+        if self.faults is not None and self.faults.next_release() is not None:
+            times.append(self.faults.next_release())
+        return min(times, default=None)
+
+    def timeout(self, default: float) -> float:
+        due = self.next_due()
+        return default if due is None else max(0.0, min(default, due - time.monotonic()))
+
+    def _emit(self, peer, data, mtype) -> bool:
+        nbytes = self._send_raw(peer, data)
+        if nbytes is None:
+            return False
+        if self.on_sent is not None:
+            self.on_sent(peer, mtype, nbytes)
+        return True
