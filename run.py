@@ -27,20 +27,58 @@ def cli() -> None:
 @click.option("--backend", type=click.Choice(["processes", "inprocess"]), default="processes",
               show_default=True, help="processes: one OS process per site over ZeroMQ; inprocess: no sockets.")
 @click.option("--keep-work", is_flag=True, help="Keep each trial's site shards and model under DIR/work.")
-def run(scenario, out, trials, overrides, backend, keep_work):
+@click.option("--resume", is_flag=True, help="Continue the run in --out after its coordinator was killed.")
+def run(scenario, out, trials, overrides, backend, keep_work, resume):
     """Run SCENARIO and write results.csv, summary.json, events.jsonl and the scenario as run."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from runner.report import communication_table, summary_table
     from runner.study import run_study
     from scenarios.scenario import load_scenario
 
     overrides = list(overrides) + ([f"trials={trials}"] if trials else [])
     spec = _load_or_exit(load_scenario, scenario, overrides)
+    if resume and not out:
+        raise click.UsageError("--resume needs the --out directory of the run to continue")
     out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if (out / "results.csv").exists():
-        raise click.ClickException(f"{out} already holds results.csv; choose another --out")
+    if (out / "results.csv").exists() and not resume:
+        raise click.ClickException(f"{out} already holds results.csv; choose another --out (or --resume)")
+    _run_with_progress(spec, out, lambda progress: run_study(
+        spec, out, backend=backend, progress=progress, keep_work=keep_work, resume=resume))
+
+
+@cli.command()
+@click.option("--scenario", "scenario", required=True, type=click.Path(dir_okay=False))
+@click.option("--bind", required=True, help="Where sites connect, e.g. tcp://0.0.0.0:5555.")
+@click.option("--out", type=click.Path(file_okay=False), help="Run directory (default runs/NAME-TIMESTAMP).")
+@click.option("--keys", "key_dir", type=click.Path(file_okay=False), help="Key directory (default DIR/keys, created).")
+@click.option("--plain", is_flag=True, help="No CurveZMQ (debugging only).")
+@click.option("--hello-timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for every site to connect.")
+@click.option("--trials", type=click.IntRange(min=1))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+@click.option("--resume", is_flag=True)
+def coordinator(scenario, bind, out, key_dir, plain, hello_timeout, trials, overrides, resume):
+    """Run the coordinator for sites started by hand (`run.py site`), e.g. on other hosts."""
+    from runner.study import run_study
+    from scenarios.scenario import load_scenario
+
+    overrides = list(overrides) + ([f"trials={trials}"] if trials else []) + [
+        f"runtime.bind={bind}", f"runtime.deadlines.hello={hello_timeout}",
+        f"runtime.security={'plain' if plain else 'curve'}"] + ([f"runtime.keys={key_dir}"] if key_dir else [])
+    spec = _load_or_exit(load_scenario, scenario, overrides)
+    out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out / "results.csv").exists() and not resume:
+        raise click.ClickException(f"{out} already holds results.csv; choose another --out (or --resume)")
+    click.echo(f"waiting for {spec['sites']['count']} sites at {bind} "
+               f"({'plain' if plain else 'CURVE, keys in ' + (key_dir or str(out / 'keys'))})")
+    _run_with_progress(spec, out, lambda progress: run_study(
+        spec, out, progress=progress, resume=resume, external_sites=True))
+
+
+def _run_with_progress(spec, out, start):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runner.report import communication_table, summary_table
+    from runner.study import ResumeError
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
@@ -52,7 +90,10 @@ def run(scenario, out, trials, overrides, backend, keep_work):
         def progress(trial, label, row):
             bar.update(task, advance=1, description=f"trial {trial + 1}/{spec['trials']} {label:<12}")
 
-        summary = run_study(spec, out, backend=backend, progress=progress, keep_work=keep_work)
+        try:
+            summary = start(progress)
+        except ResumeError as exc:
+            raise click.ClickException(str(exc)) from None
     console.print(summary_table(summary["methods"], spec["alpha"]))
     if summary["communication"]:
         console.print(communication_table(summary["communication"]))
@@ -179,19 +220,75 @@ def validate(scenario, overrides):
 
 @cli.command()
 @click.option("--connect", required=True, help="Coordinator endpoint, e.g. tcp://HOST:PORT.")
-@click.option("--site-id", required=True, help="This site's id, e.g. site-007.")
+@click.option("--site-id", "site_ids", multiple=True, help="A site id, e.g. site-007 (repeatable).")
+@click.option("--site-ids", "site_range", help="A range of site numbers, e.g. 0-9, or ids separated by commas.")
+@click.option("--scenario", "scenario", type=click.Path(dir_okay=False),
+              help="The scenario: sites build their own data from it and apply its faults.")
 @click.option("--workdir", required=True, type=click.Path(file_okay=False),
-              help="Where this site's trial shards and model are stored.")
+              help="Where this host keeps its sites' data, models and logs.")
+@click.option("--keys", "key_dir", type=click.Path(file_okay=False),
+              help="Directory with coordinator.key and, for each site, SITE.key and SITE.key_secret.")
+@click.option("--plain", is_flag=True, help="No CurveZMQ (debugging only).")
 @click.option("--idle-timeout", type=float, default=3600.0, show_default=True,
               help="Exit after this many seconds without a message.")
-def site(connect, site_id, workdir, idle_timeout):
-    """Run one site process (the launcher starts these itself for local runs)."""
-    import logging
+def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout):
+    """Run site processes by hand (one per site), e.g. on a host other than the coordinator's."""
+    from runner.processes import SiteProcesses
+    from runner.world import site_ids as all_site_ids
+    from scenarios.scenario import load_scenario
+    from transport.faults import resolve_rules
 
-    from sites.driver import serve
+    spec = _load_or_exit(load_scenario, scenario, []) if scenario else None
+    ids = list(site_ids) + _parse_site_range(site_range, spec)
+    if not ids:
+        raise click.UsageError("name the sites to run with --site-id or --site-ids")
+    if not plain and not key_dir:
+        raise click.UsageError("CURVE needs --keys (or --plain for debugging)")
+    workdir = Path(workdir)
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"]) if spec else []
+    processes = SiteProcesses(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
+                              fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
+                              watch_parent=False, idle_timeout=idle_timeout)
+    processes.start()
+    click.echo(f"started {len(ids)} site process(es) -> {connect}; logs in {workdir / 'logs'}")
+    for process in processes.processes.values():
+        process.join()
+    codes = processes.exit_codes()
+    click.echo("exit codes: " + ", ".join(f"{site}={code}" for site, code in codes.items()))
+    sys.exit(0 if all(code == 0 for code in codes.values()) else 1)
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(serve(site_id, connect, workdir, idle_timeout=idle_timeout))
+
+@cli.command()
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False))
+@click.option("--scenario", "scenario", type=click.Path(dir_okay=False), help="Create keys for its sites.")
+@click.option("--sites", type=click.IntRange(min=1), help="Or: for this many sites (site-000 ...).")
+def keys(directory, scenario, sites):
+    """Create CurveZMQ key pairs: coordinator.key(_secret) and SITE.key(_secret) for each site."""
+    from runner.world import site_ids
+    from scenarios.scenario import load_scenario
+    from transport.security import generate_keys
+
+    count = _load_or_exit(load_scenario, scenario, [])["sites"]["count"] if scenario else sites
+    if not count:
+        raise click.UsageError("give --scenario or --sites")
+    generate_keys(directory, site_ids(count))
+    click.echo(f"keys for the coordinator and {count} sites in {directory}: give each site host "
+               f"coordinator.key and its own SITE.key and SITE.key_secret; keep coordinator.key_secret "
+               f"on the coordinator's host")
+
+
+def _parse_site_range(text, spec) -> list[str]:
+    from runner.world import site_ids
+
+    if not text:
+        return []
+    if "-" in text and "," not in text and not text.startswith("site"):
+        low, high = (int(v) for v in text.split("-"))
+        count = spec["sites"]["count"] if spec else high + 1
+        names = site_ids(max(count, high + 1))
+        return names[low:high + 1]
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _load_or_exit(load, path, overrides):

@@ -18,21 +18,32 @@ from protocol.randomness import method_session, site_rng
 from runner.processes import SiteProcesses
 from sites.local import SiteLocal
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
+from transport.faults import FaultInjector
 from transport.ledger import Ledger
+from transport.security import load_server_keys
 
 
 class ProcessFederation:
+    """The coordinator's driver here; the sites in their own processes, started by us
+    (`local_sites`) or by hand on other hosts (`run.py site`)."""
+
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
-                 runtime: dict, ledger: Ledger) -> None:
+                 runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
+                 seed: int = 0, fired=frozenset(), local_sites: bool = True) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
-        self.channel = CoordinatorChannel(runtime["bind"])
-        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger)
-        self.processes = SiteProcesses(site_ids, self.channel.endpoint, workdir, log_dir)
+        keys = load_server_keys(key_dir, site_ids) if key_dir else None
+        self.channel = CoordinatorChannel(runtime["bind"], keys=keys)
+        faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
+        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
+        self.processes = (SiteProcesses(site_ids, self.channel.endpoint, workdir, log_dir, key_dir=key_dir,
+                                        fault_rules=fault_rules, seed=seed) if local_sites else None)
         self.present: list[str] = []
 
     def start(self) -> list[str]:
-        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint)
-        self.processes.start()
+        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
+                          security="curve" if self.channel.curve else "plain")
+        if self.processes is not None:
+            self.processes.start()
         self.present = self.coordinator.await_members(self.site_ids)
         return self.present
 
@@ -44,9 +55,9 @@ class ProcessFederation:
 
     def close(self) -> None:
         self.coordinator.shutdown()
-        self.processes.stop()
-        codes = self.processes.exit_codes()
-        self.events.write("sites_stopped", exit_codes=codes)
+        if self.processes is not None:
+            self.processes.stop()
+            self.events.write("sites_stopped", exit_codes=self.processes.exit_codes())
         self.channel.close()
 
 

@@ -37,6 +37,33 @@ class RunDirectory:
     def write_scenario(self, scenario: dict) -> None:
         (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
 
+    def read_scenario(self) -> dict | None:
+        path = self.path / "scenario.yaml"
+        return yaml.safe_load(path.read_text()) if path.exists() else None
+
+    def repair(self) -> None:
+        """After a kill: drop a torn last line from the append-only files, keeping every
+        complete record (each was flushed before the next began)."""
+        for path in (self.results, self.events, self.ledger):
+            if not path.exists():
+                continue
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def fired_faults(self) -> set[int]:
+        """Indices of coordinator-kill faults already carried out (they must not fire again)."""
+        fired = set()
+        if self.events.exists():
+            for line in self.events.read_text().splitlines():
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if event.get("event") == "fault" and event.get("action") == "kill_coordinator":
+                    fired.add(event["rule"])
+        return fired
+
     def append_result(self, row: dict) -> None:
         """Append one row and force it to disk before returning."""
         new = not self.results.exists()

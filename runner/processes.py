@@ -18,7 +18,9 @@ PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "
            "sites.driver"]
 
 
-def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, parent_pid: int) -> None:
+def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, watch_parent: bool,
+              key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
+              idle_timeout: float | None) -> None:
     import setproctitle
 
     setproctitle.setproctitle(f"quorum-site {site_id}")
@@ -28,18 +30,33 @@ def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, parent_p
     logging.basicConfig(level=logging.INFO, stream=log_file,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from sites.driver import serve
+    from transport.faults import FaultInjector
+    from transport.security import load_client_keys
 
-    sys.exit(serve(site_id, endpoint, workdir, parent_pid=parent_pid))
+    keys = load_client_keys(key_dir, site_id) if key_dir else None
+    faults = FaultInjector(fault_rules, site_id, seed) if fault_rules else None
+    # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
+    # an unreaped zombie (a pid check would still find it "alive").
+    parent = multiprocessing.parent_process() if watch_parent else None
+    sys.exit(serve(site_id, endpoint, workdir, parent_alive=parent.is_alive if parent else None, keys=keys,
+                   faults=faults, scenario=scenario, idle_timeout=idle_timeout))
 
 
 class SiteProcesses:
-    def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path) -> None:
+    """One process per site. key_dir enables CURVE; fault_rules are the scenario's resolved
+    rules (each site applies those that concern it); scenario lets sites build their own
+    data (sites started away from the harness); watch_parent: exit when the launcher dies."""
+
+    def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
+                 key_dir: Path | None = None, fault_rules=(), seed: int = 0, scenario: dict | None = None,
+                 watch_parent: bool = True, idle_timeout: float | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self.processes = {
             site: context.Process(
-                target=site_main, name=site, daemon=True,
-                args=(site, endpoint, str(workdir), str(log_dir / f"{site}.log"), os.getpid()))
+                target=site_main, name=site, daemon=watch_parent,
+                args=(site, endpoint, str(workdir), str(log_dir / f"{site}.log"), watch_parent,
+                      str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout))
             for site in site_ids
         }
 

@@ -21,7 +21,9 @@ from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
 from runner.plots import run_plots
 from runner.report import communication, summarize
-from transport.ledger import Ledger
+from transport.faults import resolve_rules
+from transport.ledger import Ledger, read_ledger
+from transport.security import generate_keys
 from runner.world import TrialWorld, build_trial, site_ids
 from scenarios.scenario import method_params
 from sites.storage import remove_trial, write_trial
@@ -29,20 +31,52 @@ from sites.storage import remove_trial, write_trial
 BACKENDS = ("processes", "inprocess")
 
 
+class ResumeError(ValueError):
+    pass
+
+
 def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", progress=None,
-              keep_work: bool = False) -> dict:
-    """Run `scenario` (already validated) into directory `out`; return the summary."""
+              keep_work: bool = False, resume: bool = False, external_sites: bool = False) -> dict:
+    """Run `scenario` (already validated) into directory `out`; return the summary.
+
+    resume: continue a run directory whose coordinator was killed: trials and methods already
+    in results.csv are not run again, the rest run exactly as they would have (sessions and
+    randomness are functions of the scenario, the trial and the method), and coordinator-kill
+    faults that already fired do not fire again. external_sites: do not start site processes;
+    wait for sites started by hand (`run.py site`), which build their own data.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
+    if scenario["faults"] and backend != "processes":
+        raise ValueError("faults are applied by the process drivers; use the processes backend")
     rundir = RunDirectory(out)
-    rundir.write_scenario(scenario)
+    done: set[tuple[int, str]] = set()
+    fired: set[int] = set()
+    if resume:
+        saved = rundir.read_scenario()
+        if saved is None:
+            raise ResumeError(f"{rundir.path} holds no scenario.yaml: nothing to resume")
+        if saved != scenario:
+            changed = sorted(k for k in set(saved) | set(scenario) if saved.get(k) != scenario.get(k))
+            raise ResumeError(f"the scenario differs from the one {rundir.path} was started with "
+                              f"(fields {', '.join(changed)}); resume with the same file and --set")
+        rundir.repair()
+        done = {(int(r["trial"]), r["method"]) for r in rundir.read_results()}
+        fired = rundir.fired_faults()
+    else:
+        rundir.write_scenario(scenario)
     events = EventLog(rundir.events)
     ids = site_ids(scenario["sites"]["count"])
     methods = [(spec["label"], METHODS[spec["name"]](scenario["alpha"], **method_params(spec)))
                for spec in scenario["methods"]]
     if backend == "processes":
-        federation = ProcessFederation(ids, rundir.work, rundir.logs, events, scenario["runtime"],
-                                       Ledger(rundir.ledger))
+        runtime = scenario["runtime"]
+        key_dir = None
+        if runtime["security"] == "curve":
+            key_dir = generate_keys(Path(runtime["keys"]) if runtime["keys"] else rundir.path / "keys", ids)
+        federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
+                                       key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
+                                       seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites)
     else:
         federation = InProcessFederation(ids, rundir.work, events)
     started = time.time()
@@ -51,13 +85,20 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     try:
         present = federation.start()
         events.write("run_start", scenario=scenario["name"], backend=backend, sites=len(ids),
-                     present=len(present), trials=scenario["trials"])
+                     present=len(present), trials=scenario["trials"], resumed=resume,
+                     already_done=len(done))
         for trial in range(scenario["trials"]):
+            todo = [(index, label, method) for index, (label, method) in enumerate(methods)
+                    if (trial, label) not in done]
+            if not todo:
+                completed += 1
+                continue
             world = build_trial(scenario, trial)
             device = world.model.device
-            write_trial(rundir.work, trial, world.model, world.shards)
+            if not external_sites:
+                write_trial(rundir.work, trial, world.model, world.shards)
             sizes, _ = federation.open_trial(trial, scenario["seed"])
-            for index, (label, configured) in enumerate(methods):
+            for index, label, configured in todo:
                 method = configured.for_trial(world.public)
                 began = time.perf_counter()
                 outcome = federation.run_method(trial, index, method, sizes, label)
@@ -76,8 +117,9 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     summary = {
         "scenario": scenario["name"], "backend": backend, "alpha": scenario["alpha"],
         "trials": completed, "sites": len(ids), "device": device,
+        "security": scenario["runtime"]["security"] if backend == "processes" else "none",
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
-        "communication": communication(federation.ledger.rows), "events": events.counts,
+        "communication": communication(read_ledger(rundir.ledger)), "events": events.counts,
     }
     rundir.write_summary(summary)
     try:

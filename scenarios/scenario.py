@@ -7,7 +7,8 @@ Top-level fields (see README, "Scenario format"):
     sites     count, sizes ("equal" or a list of n_j)
     model     kind, device, params (models.MODELS[kind].PARAMS)
     methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
-    runtime   bind address and per-phase deadlines
+    runtime   bind address, per-phase deadlines, transport security (curve or plain) and key directory
+    faults    scripted faults (transport.faults)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from data.split import site_sizes
 from models import MODELS
 from protocol.methods import METHODS
 from scenarios.schema import ScenarioError, apply_overrides, read_yaml, validate
+from transport.faults import FAULT_FIELDS, check_fault
 
 SCENARIO_FIELDS = {
     "name": {"type": "str"},
@@ -38,8 +40,11 @@ SCENARIO_FIELDS = {
     }},
     "model": {"type": "any"},
     "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},
+    "faults": {"type": "list", "of": {"type": "map", "fields": FAULT_FIELDS}, "default": []},
     "runtime": {"type": "map", "fields": {
         "bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
+        "security": {"type": "str", "choices": ["curve", "plain"], "default": "curve"},
+        "keys": {"type": "str", "default": ""},  # a key directory; empty: new keys for each run
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
             "join": {"type": "float", "gt": 0, "default": 120.0},
@@ -118,6 +123,14 @@ def _cross_checks(s: dict) -> None:
         if needed > capacity:
             raise ScenarioError("sites", f"at most {capacity} calibration points in all "
                                 f"(calibration fraction x data.n)", f"{needed} needed")
+    from runner.world import site_ids
+
+    ids = site_ids(sites["count"])
+    for index, fault in enumerate(s["faults"]):
+        problem = check_fault(fault, ids, f"faults[{index}]")
+        if problem:
+            field, expectation = problem.split(": ", 1)
+            raise ScenarioError(field, expectation)
     labels = [m["label"] for m in s["methods"]]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
