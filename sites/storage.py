@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -30,13 +31,16 @@ def model_path(workdir, trial: int) -> Path:
 
 
 def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write atomically: several site processes on one host may write the same trial's model
+    at once (each builds the same world), so every writer uses a temporary file of its own."""
     directory = trial_dir(workdir, trial)
     directory.mkdir(parents=True, exist_ok=True)
     _atomic_write(model_path(workdir, trial), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
     for site_id, (X, y) in shards.items():
-        tmp = shard_path(workdir, trial, site_id).with_suffix(".tmp.npz")
+        target = shard_path(workdir, trial, site_id)
+        tmp = _private_temp(target, ".npz")
         np.savez(tmp, X=X, y=y)
-        os.replace(tmp, shard_path(workdir, trial, site_id))
+        os.replace(tmp, target)
 
 
 def read_shard(workdir, trial: int, site_id: str) -> tuple[np.ndarray, np.ndarray]:
@@ -55,6 +59,10 @@ def remove_trial(workdir, trial: int) -> None:
 
 
 def _atomic_write(path: Path, blob: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = _private_temp(path, ".tmp")
     tmp.write_bytes(blob)
     os.replace(tmp, path)
+
+
+def _private_temp(path: Path, suffix: str) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}{suffix}")
