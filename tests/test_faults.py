@@ -3,9 +3,7 @@
 a correct result or an explained abort; no process may crash (other than on purpose) or hang."""
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -14,7 +12,7 @@ from protocol.planner import COVERAGE_TOLERANCE
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import validate_scenario
-from tests.test_runtime import TINY
+from tests.support import TINY
 
 METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},
            {"name": "fedcp2_qq", "epsilon": 5.0, "bins": {"count": 50, "lo": -3.0, "hi": 3.0}}]

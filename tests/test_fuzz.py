@@ -6,7 +6,6 @@ import threading
 import time
 
 import msgpack
-import numpy as np
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,10 +15,7 @@ from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.wire import PROTOCOL_VERSION, seal
 from runner.processes import SiteProcesses
-from runner.world import build_trial
-from scenarios.scenario import load_scenario
-from sites.storage import write_trial
-from tests.test_runtime import TINY, start_fakes
+from tests.support import start_fakes, stop_fakes, trial_zero
 from transport.channel import CoordinatorChannel
 
 EXAMPLES = 10_000
@@ -96,15 +92,12 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
         outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
         assert outcome.status == "ok" and outcome.details["answered"] == 3 and math.isfinite(outcome.threshold)
     finally:
-        for fake in fakes:
-            fake.stop.set()
+        stop_fakes(fakes)
         channel.close()
 
 
 def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
-    scenario = load_scenario(TINY)
-    world = build_trial(scenario, 0)
-    write_trial(tmp_path, 0, world.model, world.shards)
+    scenario, world = trial_zero(tmp_path)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
     procs.start()

@@ -1,9 +1,6 @@
 """The communication ledger against the bytes the sockets actually carried."""
 
-import socket
-import threading
 import time
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -15,65 +12,13 @@ from protocol.methods import METHODS
 from protocol.wire import Envelope, encode
 from runner.processes import SiteProcesses
 from runner.report import communication
-from runner.world import build_trial
-from scenarios.scenario import load_scenario
-from sites.storage import write_trial
-from tests.test_runtime import TINY
+from tests.support import CountingProxy, trial_zero
 from transport.channel import CoordinatorChannel
 from transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
 
 
-class CountingProxy(threading.Thread):
-    """A TCP relay in front of the coordinator that counts the bytes of each connection."""
-
-    def __init__(self, target_port):
-        super().__init__(daemon=True)
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.server.listen(64)
-        self.port = self.server.getsockname()[1]
-        self.target = target_port
-        self.counts = []  # one [up, down] per accepted connection, in order
-        self.lock = threading.Lock()
-
-    def run(self):
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            counter = [0, 0]
-            with self.lock:
-                self.counts.append(counter)
-            for src, dst, index in ((client, upstream, 0), (upstream, client, 1)):
-                threading.Thread(target=self._pump, args=(src, dst, counter, index), daemon=True).start()
-
-    def _pump(self, src, dst, counter, index):
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                break
-            if not data:
-                break
-            with self.lock:
-                counter[index] += len(data)
-            try:
-                dst.sendall(data)
-            except OSError:
-                break
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
 def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
-    scenario = load_scenario(TINY)
-    world = build_trial(scenario, 0)
-    write_trial(tmp_path, 0, world.model, world.shards)
+    scenario, world = trial_zero(tmp_path)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
@@ -94,12 +39,8 @@ def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
     finally:
         procs.stop(timeout=0.1)
         channel.close()
-    ledger_counts = defaultdict(lambda: [0, 0])
-    for row in ledger.rows:
-        ledger_counts[row["site"]][0 if row["direction"] == "up" else 1] += row["bytes"]
-    with proxy.lock:
-        relayed = sorted(tuple(c) for c in proxy.counts)
-    assert sorted(tuple(c) for c in ledger_counts.values()) == relayed
+    counted, relayed = proxy.compare(ledger)
+    assert counted == relayed
     assert len(relayed) == len(sites)
     assert (tmp_path / "ledger.csv").read_text().count("\n") == len(ledger.rows) + 1
 

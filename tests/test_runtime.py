@@ -1,12 +1,10 @@
 """The multi-process system: real site processes over ZeroMQ, deadlines, bad messages."""
 
 import os
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import zmq
 
 from coordinator.driver import Coordinator, Deadlines
@@ -16,9 +14,9 @@ from protocol.planner import plan_quantile_of_quantiles, replan_server_order
 from runner.processes import SiteProcesses
 from runner.study import run_study
 from scenarios.scenario import load_scenario
-from transport.channel import CoordinatorChannel, SiteChannel
+from transport.channel import CoordinatorChannel
 
-TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
+from tests.support import TINY, start_fakes, stop_fakes, trial_zero
 
 
 def read_events(path):
@@ -66,44 +64,6 @@ def test_site_processes_are_visible_by_name(tmp_path):
         channel.close()
 
 
-class FakeSite(threading.Thread):
-    """A site speaking the protocol from a thread; `mute` sites join but never answer requests."""
-
-    def __init__(self, endpoint, site_id, scores, mute=False):
-        super().__init__(daemon=True)
-        self.endpoint, self.site_id, self.scores, self.mute = endpoint, site_id, scores, mute
-        self.stop = threading.Event()
-
-    def run(self):
-        channel = SiteChannel(self.endpoint, self.site_id, context=zmq.Context.instance())
-        channel.send("hello", 0, {"pid": os.getpid()})
-        while not self.stop.is_set():
-            incoming = channel.receive(0.05)
-            if incoming is None or incoming.envelope is None:
-                continue
-            env = incoming.envelope
-            if env.type == "open":
-                channel.send("join", env.session, {"n": len(self.scores)})
-            elif env.type == "request" and not self.mute:
-                ell = env.payload["body"]["ell"]
-                channel.send("response", env.session,
-                             {"phase": env.payload["phase"], "body": float(np.sort(self.scores)[ell - 1])})
-            elif env.type == "shutdown":
-                break
-        channel.close()
-
-
-def start_fakes(endpoint, m, n, mute=()):
-    """m fake sites with n scores each (n may be a list of per-site sizes)."""
-    rng = np.random.default_rng(0)
-    sizes = n if isinstance(n, list) else [n] * m
-    fakes = [FakeSite(endpoint, f"site-{j:03d}", rng.standard_normal(sizes[j]), mute=f"site-{j:03d}" in mute)
-             for j in range(m)]
-    for fake in fakes:
-        fake.start()
-    return fakes
-
-
 def test_deadline_turns_a_mute_site_into_a_dropout_and_k_is_replanned(tmp_path):
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     events = EventLog(tmp_path / "events.jsonl")
@@ -126,8 +86,7 @@ def test_deadline_turns_a_mute_site_into_a_dropout_and_k_is_replanned(tmp_path):
         assert {e["site"] for e in dropouts} == mute
         assert all("deadline" in e["reason"] for e in dropouts)
     finally:
-        for fake in fakes:
-            fake.stop.set()
+        stop_fakes(fakes)
         channel.close()
 
 
@@ -157,19 +116,13 @@ def test_coordinator_logs_and_survives_bad_messages(tmp_path):
         assert any(e.get("site") == "site-009" and e.get("type") == "response" for e in rejected)
         assert "site-009" not in coordinator.members
     finally:
-        for fake in fakes:
-            fake.stop.set()
+        stop_fakes(fakes)
         rogue.close(linger=0)
         channel.close()
 
 
 def test_live_site_process_survives_bad_messages(tmp_path):
-    scenario = load_scenario(TINY)
-    from runner.world import build_trial
-    from sites.storage import write_trial
-
-    world = build_trial(scenario, 0)
-    write_trial(tmp_path, 0, world.model, world.shards)
+    scenario, world = trial_zero(tmp_path)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
     procs.start()
@@ -225,6 +178,5 @@ def test_unequal_sizes_with_a_dropout_robust_plan_over_the_network(tmp_path):
         assert outcome.details["k"] == replanned.k and outcome.details["guarantee"] >= 0.9
         assert outcome.threshold == answers[replanned.k - 1]
     finally:
-        for fake in fakes:
-            fake.stop.set()
+        stop_fakes(fakes)
         channel.close()

@@ -1,7 +1,6 @@
 """CurveZMQ: who may connect, who may speak for whom, and what it costs on the wire."""
 
 import time
-from collections import defaultdict
 
 import zmq
 
@@ -10,11 +9,7 @@ from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.wire import Envelope, encode
 from runner.processes import SiteProcesses
-from runner.world import build_trial
-from scenarios.scenario import load_scenario
-from sites.storage import write_trial
-from tests.test_ledger import CountingProxy
-from tests.test_runtime import TINY
+from tests.support import CountingProxy, trial_zero
 from transport.channel import CoordinatorChannel
 from transport.ledger import Ledger, handshake_bytes
 from transport.security import generate_keys, load_client_keys, load_server_keys, secure_client
@@ -79,9 +74,7 @@ def test_a_site_cannot_speak_for_another(tmp_path):
 
 
 def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
-    scenario = load_scenario(TINY)
-    world = build_trial(scenario, 0)
-    write_trial(tmp_path / "work", 0, world.model, world.shards)
+    scenario, world = trial_zero(tmp_path / "work")
     ledger = Ledger()
     key_dir, channel, coordinator = secure_coordinator(tmp_path, ledger=ledger)
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
@@ -101,11 +94,7 @@ def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
     finally:
         procs.stop(timeout=0.1)
         channel.close()
-    totals = defaultdict(lambda: [0, 0])
-    for row in ledger.rows:
-        totals[row["site"]][0 if row["direction"] == "up" else 1] += row["bytes"]
-    with proxy.lock:
-        relayed = sorted(tuple(c) for c in proxy.counts)
-    assert sorted(tuple(c) for c in totals.values()) == relayed
+    counted, relayed = proxy.compare(ledger)
+    assert counted == relayed
     assert handshake_bytes(True, "DEALER", b"site-000", client=True) == 575
     assert handshake_bytes(True, "ROUTER", b"", client=False) == 301
