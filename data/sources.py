@@ -1,4 +1,11 @@
-"""Data sources a scenario can name under `data.source`; each declares its parameters."""
+"""Data sources a scenario can name under `data.source`; each declares its parameters.
+
+  synthetic  the papers' generators (data.synthetic)
+  real       paper 000's five regression sets: bio, bike, community, star, concrete
+  csv        any CSV file with a header and a target column
+  sklearn    scikit-learn's bundled sets: diabetes (regression); digits, iris, wine,
+             breast_cancer (classification)
+"""
 
 from __future__ import annotations
 
@@ -6,15 +13,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from data.real import DATASETS, load_csv, load_real
 from data.synthetic import GENERATORS
+
+SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
+                "wine": "classification", "breast_cancer": "classification"}
 
 
 @dataclass
 class Dataset:
     X: np.ndarray
     y: np.ndarray
+    task: str = "regression"  # or "classification" (y holds class labels 0..K-1)
     X_test: np.ndarray | None = None  # a separately drawn test set, when the source has one
     y_test: np.ndarray | None = None
+    scale_response: bool = False  # divide y by mean |y_train| (paper 000's reference code does)
 
 
 class Synthetic:
@@ -25,13 +38,70 @@ class Synthetic:
     }
 
     @staticmethod
+    def task(params) -> str:
+        return "regression"
+
+    @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
         generate = GENERATORS[params["generator"]]
         X, y = generate(params["n"], rng)
         if params.get("n_test"):
             X_test, y_test = generate(params["n_test"], rng)
-            return Dataset(X, y, X_test, y_test)
+            return Dataset(X, y, X_test=X_test, y_test=y_test)
         return Dataset(X, y)
 
 
-SOURCES = {"synthetic": Synthetic}
+class Real:
+    PARAMS = {
+        "name": {"type": "str", "choices": list(DATASETS)},
+        "dir": {"type": "str", "default": ""},  # default: ../shared/datasets or $QUORUM_DATASETS
+        "scale_response": {"type": "bool", "default": True},
+    }
+
+    @staticmethod
+    def task(params) -> str:
+        return "regression"
+
+    @staticmethod
+    def load(params: dict, rng: np.random.Generator) -> Dataset:
+        X, y = load_real(params["name"], params["dir"] or None)
+        return Dataset(X, y, scale_response=params["scale_response"])
+
+
+class CSV:
+    PARAMS = {
+        "path": {"type": "str"},
+        "target": {"type": "str"},
+        "features": {"type": "list", "of": {"type": "str"}, "default": []},
+        "task": {"type": "str", "choices": ["regression", "classification"], "default": "regression"},
+        "scale_response": {"type": "bool", "default": False},
+    }
+
+    @staticmethod
+    def task(params) -> str:
+        return params["task"]
+
+    @staticmethod
+    def load(params: dict, rng: np.random.Generator) -> Dataset:
+        X, y = load_csv(params["path"], params["target"], params["features"] or None,
+                        classification=params["task"] == "classification")
+        return Dataset(X, y, params["task"], scale_response=params["scale_response"])
+
+
+class SKLearn:
+    PARAMS = {"name": {"type": "str", "choices": sorted(SKLEARN_SETS)}}
+
+    @staticmethod
+    def task(params) -> str:
+        return SKLEARN_SETS[params["name"]]
+
+    @staticmethod
+    def load(params: dict, rng: np.random.Generator) -> Dataset:
+        from sklearn import datasets
+
+        bunch = getattr(datasets, f"load_{params['name']}")()
+        return Dataset(np.asarray(bunch.data, dtype=float), np.asarray(bunch.target, dtype=float),
+                       SKLEARN_SETS[params["name"]])
+
+
+SOURCES = {"synthetic": Synthetic, "real": Real, "csv": CSV, "sklearn": SKLearn}

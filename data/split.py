@@ -30,10 +30,13 @@ def standardize(X_train: np.ndarray, *others: np.ndarray):
 def site_sizes(spec, m: int, n_calibration: int) -> list[int]:
     """The n_j of each site, fixed for the whole run.
 
-    "equal": n_calibration // m each (the remainder is left unused); a list: as given; a
+    "equal": n_calibration // m each (the remainder is left unused); an integer n: n each (paper
+    000 appendix B.1 uses m x n points of a larger calibration split); a list: as given; a
     distribution mapping: m draws from its own seed, rounded and clipped to [min, max]:
     lognormal(median, sigma) = round(median * exp(sigma * Z)), uniform(low, high) on integers.
     """
+    if isinstance(spec, int):
+        return [spec] * m
     if spec == "equal":
         n = n_calibration // m
         if n < 1:

@@ -18,4 +18,21 @@ def romano2019(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
     return x[:, None], y
 
 
-GENERATORS = {"romano2019": romano2019}
+def paper004_shift(n: int, rng: np.random.Generator, delta: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 004 section 4.6, one centre: control x = eps, treatment y = eps + delta, eps ~ N(0, 1).
+
+    Returned as (group indicator, value); centre effects alpha_l and beta_l come from the
+    scenario's heterogeneity (per-site location shifts), as in the paper's model.
+    """
+    group = rng.integers(0, 2, n).astype(float)
+    return group[:, None], rng.standard_normal(n) + delta * group
+
+
+def paper004_gamma(n: int, rng: np.random.Generator, shape: float = 4.0) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 004 section 5.4, one centre: x = eps, eps ~ Gamma(r, 1) with r = 4 (the scale factor
+    exp(alpha_l) of each centre comes from the scenario's heterogeneity, per-site scale shifts).
+    The single feature is an uninformative constant."""
+    return np.zeros((n, 1)), rng.gamma(shape, 1.0, n)
+
+
+GENERATORS = {"romano2019": romano2019, "paper004_shift": paper004_shift, "paper004_gamma": paper004_gamma}

@@ -6,7 +6,7 @@ parameters without importing this module:
     {"type": "int", "min": 1, "default": 20}
     {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le")
     {"type": "str", "choices": [...]}              {"type": "bool"}
-    {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1}
+    {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1, "max_len": 2}
     {"type": "float_or", "choices": [...]}         a number, or one of the named strings
     {"type": "sizes"}   "equal", a list of positive integers (one per site), or a distribution
                         {distribution: lognormal, median, sigma | uniform, low, high; min, max, seed}
@@ -120,6 +120,8 @@ def _list(spec, value, path):
         raise ScenarioError(path, "a list", value)
     if len(value) < spec.get("min_len", 0):
         raise ScenarioError(path, f"a list of at least {spec['min_len']} item(s)", value)
+    if len(value) > spec.get("max_len", len(value)):
+        raise ScenarioError(path, f"a list of at most {spec['max_len']} item(s)", value)
     return [validate(spec["of"], item, f"{path}[{i}]") for i, item in enumerate(value)]
 
 
@@ -132,7 +134,7 @@ _SIZE_COMMON = {"min": {"type": "int", "min": 1, "default": 1}, "max": {"type": 
 
 
 def _sizes(spec, value, path):
-    if value == "equal":
+    if value == "equal" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     if (isinstance(value, list) and value
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
@@ -145,8 +147,8 @@ def _sizes(spec, value, path):
         if kind == "uniform" and out["high"] < out["low"]:
             raise ScenarioError(_join(path, "high"), f"at least low = {out['low']}", out["high"])
         return out
-    raise ScenarioError(path, "'equal', a list of positive integers (one n_j per site), or a mapping "
-                        "with 'distribution' (lognormal or uniform)", value)
+    raise ScenarioError(path, "'equal', a positive integer (n for every site), a list of positive integers "
+                        "(one n_j per site), or a mapping with 'distribution' (lognormal or uniform)", value)
 
 
 def _any(spec, value, path):

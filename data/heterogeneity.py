@@ -1,0 +1,100 @@
+"""How calibration data differ from site to site (scenario `sites.heterogeneity`).
+
+  none       a random partition (exchangeable sites: paper 000's theorem 3.2 holds)
+  sort       covariate shift: sites take consecutive blocks after sorting on a feature
+  response   response shift: the same, sorting on the response
+  cluster    covariate shift: sorting on k-means cluster labels (k = number of sites)
+  location   paper 004 section 4.6: each site's responses shifted by alpha_j ~ N(0, sigma^2)
+  scale      paper 004 section 5.4: each site's responses multiplied by exp(alpha_j)
+  dirichlet  label skew (classification): site j's class mix ~ Dirichlet(concentration)
+
+For sort, response and cluster, `strength` in [0, 1] blends the sorting key with noise:
+1 sorts fully, 0 is a random partition; when the sites hold fewer points than the calibration
+split, a random subset of the right size is sorted, so the blocks span the key's whole range. Shifts apply to the sites' calibration data only; the
+test set stays unshifted (the reference distribution of paper 000's proposition 3.4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from data.split import partition
+
+KINDS = ("none", "sort", "response", "cluster", "location", "scale", "dirichlet")
+HETEROGENEITY_FIELDS = {
+    "kind": {"type": "str", "choices": list(KINDS), "default": "none"},
+    "feature": {"type": "int", "min": 0, "default": 0},
+    "strength": {"type": "float", "ge": 0, "le": 1, "default": 1.0},
+    "sigma": {"type": "float", "ge": 0, "default": 0.5},
+    "concentration": {"type": "float", "gt": 0, "default": 0.5},
+}
+
+
+def assign_sites(spec: dict, X: np.ndarray, y: np.ndarray, sizes: list[int], rng: np.random.Generator):
+    """Index arrays (into X, y) of each site's calibration points."""
+    kind = spec["kind"]
+    indices = np.arange(len(y))
+    if kind in ("none", "location", "scale"):
+        return partition(indices, sizes, rng)
+    if kind == "dirichlet":
+        return dirichlet_partition(y, sizes, spec["concentration"], rng)
+    if kind == "sort":
+        if spec["feature"] >= X.shape[1]:
+            raise ValueError(f"heterogeneity.feature {spec['feature']} but the data have {X.shape[1]} features")
+        key = X[:, spec["feature"]]
+    elif kind == "response":
+        key = y
+    else:  # cluster
+        from sklearn.cluster import KMeans
+
+        key = KMeans(n_clusters=len(sizes), n_init=4, random_state=int(rng.integers(2**31 - 1))).fit_predict(X)
+    if sum(sizes) > len(key):
+        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(key)} points")
+    # sites fewer than the split: a random subset first, so the blocks span the whole key range
+    chosen = np.sort(rng.choice(len(key), sum(sizes), replace=False))
+    order = chosen[np.argsort(blended_key(key[chosen], spec["strength"], rng), kind="stable")]
+    bounds = np.cumsum([0, *sizes])
+    return [order[bounds[j]:bounds[j + 1]] for j in range(len(sizes))]
+
+
+def blended_key(key: np.ndarray, strength: float, rng: np.random.Generator) -> np.ndarray:
+    """strength * (rank of key, scaled to [0, 1]) + (1 - strength) * uniform noise."""
+    ranks = np.argsort(np.argsort(key, kind="stable"), kind="stable") / max(len(key) - 1, 1)
+    return strength * ranks + (1.0 - strength) * rng.uniform(size=len(key))
+
+
+def dirichlet_partition(labels: np.ndarray, sizes: list[int], concentration: float, rng: np.random.Generator):
+    """Label skew: site j draws class proportions from Dirichlet(concentration, ..., concentration)
+    and fills its n_j places class by class from what remains (renormalizing as classes run out)."""
+    labels = np.asarray(labels).astype(int)
+    classes = np.unique(labels)
+    pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    if sum(sizes) > len(labels):
+        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(labels)} points")
+    parts = []
+    for size in sizes:
+        weights = rng.dirichlet(np.full(len(classes), concentration))
+        chosen = []
+        for _ in range(size):
+            available = np.array([len(pools[c]) > 0 for c in classes], dtype=float)
+            p = weights * available
+            p = p / p.sum() if p.sum() > 0 else available / available.sum()
+            c = classes[rng.choice(len(classes), p=p)]
+            chosen.append(pools[c].pop())
+        parts.append(np.array(chosen, dtype=int))
+    return parts
+
+
+def site_shifts(spec: dict, m: int, rng: np.random.Generator) -> np.ndarray:
+    """alpha_j ~ N(0, sigma^2) for location and scale heterogeneity; zeros otherwise."""
+    if spec["kind"] in ("location", "scale"):
+        return rng.normal(0.0, spec["sigma"], m)
+    return np.zeros(m)
+
+
+def shift_response(kind: str, y: np.ndarray, alpha: float) -> np.ndarray:
+    if kind == "location":
+        return y + alpha
+    if kind == "scale":
+        return y * np.exp(alpha)
+    return y

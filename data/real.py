@@ -1,0 +1,107 @@
+"""The five real regression data sets of paper 000 (section 5.2), prepared as the reference CQR
+experiments did (../shared/datasets/README.md), and any CSV with a target column.
+
+The files are never copied into the repository: they are read from a directory, by default
+../shared/datasets beside the checkout (or $QUORUM_DATASETS).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DATASETS = ("bio", "bike", "community", "star", "concrete")
+STAR_SCORES = ["readk", "read1", "read2", "read3", "mathk", "math1", "math2", "math3"]
+STAR_CATEGORICAL = ["gender", "ethnicity", "stark", "star1", "star2", "star3", "lunchk", "lunch1", "lunch2",
+                    "lunch3", "schoolk", "school1", "school2", "school3", "degreek", "degree1", "degree2",
+                    "degree3", "ladderk", "ladder1", "ladder2", "ladder3", "tethnicityk", "tethnicity1",
+                    "tethnicity2", "tethnicity3"]
+
+
+class DatasetMissing(FileNotFoundError):
+    """A real data set's files are not where the scenario says."""
+
+
+def default_directory() -> Path:
+    return Path(os.environ.get("QUORUM_DATASETS", REPO.parent / "shared" / "datasets"))
+
+
+def load_real(name: str, directory: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) of one of DATASETS, as float64."""
+    import pandas as pd
+
+    directory = Path(directory) if directory else default_directory()
+    files = {"bio": ["CASP.csv"], "bike": ["bike_train.csv"], "star": ["STAR.csv"],
+             "concrete": ["Concrete_Data.csv"], "community": ["communities.data", "communities_attributes.csv"]}
+    if name not in files:
+        raise ValueError(f"unknown data set {name!r}; expected one of {', '.join(DATASETS)}")
+    missing = [f for f in files[name] if not (directory / f).exists()]
+    if missing:
+        raise DatasetMissing(f"data set {name!r} needs {', '.join(missing)} in {directory} "
+                             f"(set data.dir or $QUORUM_DATASETS)")
+    if name == "bio":
+        frame = pd.read_csv(directory / "CASP.csv")
+        return _floats(frame[[f"F{i}" for i in range(1, 10)]], frame["RMSD"])
+    if name == "concrete":
+        frame = pd.read_csv(directory / "Concrete_Data.csv")
+        return _floats(frame.iloc[:, :8], frame.iloc[:, -1])
+    if name == "bike":
+        frame = pd.read_csv(directory / "bike_train.csv")
+        frame = pd.concat([frame, pd.get_dummies(frame["season"], prefix="season"),
+                           pd.get_dummies(frame["weather"], prefix="weather")], axis=1)
+        stamps = pd.DatetimeIndex(frame["datetime"])
+        frame["hour"], frame["day"], frame["month"] = stamps.hour, stamps.day_of_week, stamps.month
+        frame["year"] = stamps.year.map({2011: 0, 2012: 1})
+        frame = frame.drop(columns=["season", "weather", "datetime", "casual", "registered"])
+        return _floats(frame.drop(columns=["count"]), frame["count"])
+    if name == "community":
+        names = pd.read_csv(directory / "communities_attributes.csv", sep=r"\s+")["attributes"]
+        frame = pd.read_csv(directory / "communities.data", names=list(names), na_values="?")
+        frame = frame.drop(columns=["state", "county", "community", "communityname", "fold"])
+        frame["OtherPerCap"] = frame["OtherPerCap"].fillna(frame["OtherPerCap"].mean())
+        frame = frame.dropna(axis=1)
+        return _floats(frame.iloc[:, :100], frame.iloc[:, 100])
+    frame = pd.read_csv(directory / "STAR.csv")  # star
+    frame = frame.drop(columns=[frame.columns[0]])  # the row id
+    for column in STAR_CATEGORICAL:
+        frame[column] = frame[column].astype("category").cat.codes.where(frame[column].notna())
+    frame = frame.dropna()
+    target = frame[STAR_SCORES].sum(axis=1)
+    return _floats(frame.drop(columns=STAR_SCORES), target)
+
+
+def load_csv(path: str | Path, target: str, features: list[str] | None = None,
+             classification: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """A CSV with a header: `target` is y, `features` (default: every other column) X. Rows with
+    missing values are dropped; non-numeric feature columns are an error that names them. For
+    classification the target's distinct values (numbers or text) are coded 0..K-1 in sorted order."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise DatasetMissing(f"no CSV file at {path}")
+    frame = pd.read_csv(path)
+    if target not in frame.columns:
+        raise ValueError(f"{path}: no column {target!r} (columns: {', '.join(map(str, frame.columns))})")
+    columns = features or [c for c in frame.columns if c != target]
+    unknown = [c for c in columns if c not in frame.columns]
+    if unknown:
+        raise ValueError(f"{path}: no feature column(s) {', '.join(unknown)}")
+    frame = frame[columns + [target]].dropna()
+    text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    if text:
+        raise ValueError(f"{path}: feature column(s) {', '.join(text)} are not numeric; encode them or "
+                         f"list the numeric ones under data.features")
+    if classification:
+        return _floats(frame[columns], np.unique(frame[target].to_numpy(), return_inverse=True)[1])
+    if not pd.api.types.is_numeric_dtype(frame[target]):
+        raise ValueError(f"{path}: target column {target!r} is not numeric (for class labels set "
+                         f"data.task: classification)")
+    return _floats(frame[columns], frame[target])
+
+
+def _floats(X, y) -> tuple[np.ndarray, np.ndarray]:
+    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64).reshape(-1)
