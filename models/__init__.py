@@ -1,9 +1,12 @@
 """Model registry: a new model kind is one module and one line here."""
 
 from models.base import Model
+from models.classifier import Classifier
 from models.cqr_forest import CQRForest
+from models.cqr_net import CQRNet
 from models.ridge import Ridge
 
-MODELS: dict[str, type[Model]] = {Ridge.kind: Ridge, CQRForest.kind: CQRForest}
+MODELS: dict[str, type[Model]] = {Ridge.kind: Ridge, CQRForest.kind: CQRForest, CQRNet.kind: CQRNet,
+                                  Classifier.kind: Classifier}
 
 __all__ = ["MODELS", "Model"]

@@ -1,43 +1,64 @@
 """What a model is to Quorum: fitted once per trial on the training split, then held by the sites.
 
 A site calls `scores(X, y)` on its own calibration data; the harness calls `base_predictions`
-once on the test set and `interval` for each method's threshold.
+once on the test set and `evaluate` for each method's threshold. Regression models give
+intervals, classifiers label sets; both are {y : s(x, y) <= threshold} for their score s.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
-from models.scores import SCORES
+from models.scores import SCORES, coverage_and_size
 
 
 class Model(ABC):
     kind: ClassVar[str]
-    score: ClassVar[str]  # a key of models.scores.SCORES
+    task: ClassVar[str] = "regression"  # or "classification"
+    score: ClassVar[str]  # a key of models.scores.SCORES (classifiers may choose per instance)
     PARAMS: ClassVar[dict[str, dict]] = {}
-    device: str = "cpu"
 
-    def __init__(self, **params: Any) -> None:
+    def __init__(self, device: str = "auto", **params: Any) -> None:
+        self.requested_device = device
         self.params = params
+
+    @property
+    def device(self) -> str:
+        """Where this model computes: scikit-learn models always on the CPU."""
+        return "cpu"
 
     @abstractmethod
     def fit(self, X: np.ndarray, y: np.ndarray, alpha: float, rng: np.random.Generator) -> "Model": ...
 
     @abstractmethod
     def base_predictions(self, X: np.ndarray) -> np.ndarray:
-        """(n,) point predictions or (n, 2) lower/upper quantile predictions."""
+        """(n,) point predictions, (n, 2) lower/upper quantiles, or (n, K) class probabilities."""
 
     def scores(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         score_fn, _ = SCORES[self.score]
-        return score_fn(y, self.base_predictions(X))
+        return score_fn(y, self.base_predictions(X), **self.score_params())
 
-    def interval(self, base: np.ndarray, threshold: float):
+    def score_params(self) -> dict:
+        return {}
+
+    def evaluate(self, base: np.ndarray, y: np.ndarray, threshold: float) -> tuple[float, float]:
+        """Test coverage and mean size of the prediction sets {y : s(x, y) <= threshold}."""
         _, set_fn = SCORES[self.score]
-        return set_fn(base, threshold)
+        if self.task == "classification":
+            members = set_fn(base, threshold, **self.score_params())
+            labels = np.asarray(y, dtype=int)
+            return float(np.mean(members[np.arange(len(labels)), labels])), float(np.mean(members.sum(axis=1)))
+        lower, upper = set_fn(base, threshold)
+        return coverage_and_size(y, lower, upper)
 
     def for_sites(self) -> "Model":
         """Adjust for use inside a site process (e.g. one thread); returns self."""
         return self
+
+
+def in_site_process() -> bool:
+    return os.environ.get("QUORUM_SITE") == "1"

@@ -24,6 +24,7 @@ def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, watch_pa
     import setproctitle
 
     setproctitle.setproctitle(f"quorum-site {site_id}")
+    os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     log_file = open(log_path, "a", buffering=1)
     os.dup2(log_file.fileno(), sys.stdout.fileno())
     os.dup2(log_file.fileno(), sys.stderr.fileno())
