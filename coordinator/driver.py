@@ -74,13 +74,15 @@ class Coordinator:
         answers, dropped = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
         self.ledger.flush()
         sizes = {}
+        self.devices = {site: payload["device"] for site, payload in answers.items()}
         for site, payload in sorted(answers.items()):
             if payload["n"] < 1:
                 dropped[site] = f"joined with n={payload['n']} calibration points"
                 self.events.write("dropout", site=site, session=session, phase="join", reason=dropped[site])
             else:
                 sizes[site] = payload["n"]
-        self.events.write("trial_open", trial=trial, session=session, sizes=sizes, dropped=dropped)
+        self.events.write("trial_open", trial=trial, session=session, sizes=sizes, dropped=dropped,
+                          devices=sorted(set(self.devices.values())))
         return sizes, dropped
 
     def shutdown(self) -> None:

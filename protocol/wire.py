@@ -34,7 +34,7 @@ SENDER_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 PAYLOADS: dict[str, dict[str, tuple[type, ...]]] = {
     # site -> coordinator
     "hello": {"pid": (int,)},
-    "join": {"n": (int,)},
+    "join": {"n": (int,), "device": (str,)},  # calibration size; where the site scored its data
     "response": {"phase": (str,), "body": (object,)},
     "error": {"phase": (str,), "reason": (str,)},  # the phase whose message could not be served
     # coordinator -> site

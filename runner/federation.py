@@ -50,6 +50,10 @@ class ProcessFederation:
     def open_trial(self, trial: int, seed: int):
         return self.coordinator.open_trial(trial, seed, self.present)
 
+    @property
+    def devices(self) -> dict[str, str]:
+        return getattr(self.coordinator, "devices", {})
+
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         return self.coordinator.run_method(trial, index, method, sizes, label)
 
@@ -75,7 +79,9 @@ class InProcessFederation:
 
     def open_trial(self, trial: int, seed: int):
         self.seed = seed
-        return {site: local.open_trial(trial, seed) for site, local in self.sites.items()}, {}
+        sizes = {site: local.open_trial(trial, seed) for site, local in self.sites.items()}
+        self.devices = {site: local.device for site, local in self.sites.items()}
+        return sizes, {}
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         session = method_session(trial, index)

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.events import EventLog
-from models.scores import coverage_and_size
 from protocol.methods import METHODS, Outcome
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
 from runner.plots import run_plots
+from protocol.randomness import trial_rng
+from runner.heterogeneity import HeterogeneityReport
 from runner.report import communication, summarize
 from transport.faults import resolve_rules
 from transport.ledger import Ledger, read_ledger
@@ -82,6 +83,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     started = time.time()
     device = "cpu"
     completed = 0
+    report = HeterogeneityReport(scenario, _fedcp_qq_orders(scenario))
+    site_devices: set[str] = set()
     try:
         present = federation.start()
         events.write("run_start", scenario=scenario["name"], backend=backend, sites=len(ids),
@@ -98,6 +101,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             if not external_sites:
                 write_trial(rundir.work, trial, world.model, world.shards)
             sizes, _ = federation.open_trial(trial, scenario["seed"])
+            site_devices |= set(getattr(federation, "devices", {}).values())
+            report.add(world, trial_rng(scenario["seed"], trial, "report"))
             for index, label, configured in todo:
                 method = configured.for_trial(world.public)
                 began = time.perf_counter()
@@ -117,6 +122,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     summary = {
         "scenario": scenario["name"], "backend": backend, "alpha": scenario["alpha"],
         "trials": completed, "sites": len(ids), "device": device,
+        "site_devices": sorted(site_devices) or [device], "heterogeneity": report.summary(),
         "security": scenario["runtime"]["security"] if backend == "processes" else "none",
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
         "communication": communication(read_ledger(rundir.ledger)), "events": events.counts,
@@ -127,6 +133,21 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     except Exception as exc:  # a plot must never cost the results already written
         EventLog(rundir.events).write("plot_failed", reason=f"{type(exc).__name__}: {exc}")
     return summary
+
+
+def _fedcp_qq_orders(scenario: dict):
+    """sizes -> the per-site orders of the scenario's FedCP-QQ plan (its first fedcp_qq entry, or
+    the default planner), for proposition 3.4; None when no plan reaches 1 - alpha."""
+    from protocol.methods.fedcp_qq import FedCPQQ
+
+    spec = next((m for m in scenario["methods"] if m["name"] == "fedcp_qq"), {"name": "fedcp_qq"})
+    method = FedCPQQ(scenario["alpha"], **{k: v for k, v in spec.items() if k in ("planner", "dropouts")})
+
+    def orders(sizes):
+        plan = method.make_plan(sizes)
+        return None if plan is None or plan.infinite else list(plan.ells)
+
+    return orders
 
 
 def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWorld, sites: int,
@@ -161,6 +182,5 @@ def _evaluate(outcome: Outcome, world: TrialWorld) -> tuple[float, float]:
         if math.isinf(threshold):
             results.append((1.0, math.inf))
             continue
-        lower, upper = world.model.interval(world.test_base, threshold)
-        results.append(coverage_and_size(world.y_test, lower, upper))
+        results.append(world.model.evaluate(world.test_base, world.y_test, threshold))
     return float(np.mean([c for c, _ in results])), float(np.mean([s for _, s in results]))

@@ -14,8 +14,9 @@ from functools import cached_property
 
 import numpy as np
 
+from data.heterogeneity import assign_sites, shift_response, site_shifts
 from data.sources import SOURCES
-from data.split import partition, site_sizes, split_indices, standardize
+from data.split import site_sizes, split_indices, standardize
 from models import MODELS, Model
 from protocol.randomness import trial_rng
 
@@ -28,6 +29,9 @@ class TrialWorld:
     y_test: np.ndarray
     test_base: np.ndarray  # the model's base predictions on the test set
     train: tuple[np.ndarray, np.ndarray] = field(repr=False, default=None)
+    task: str = "regression"
+    shifts: np.ndarray | None = None  # per-site alpha_j of location/scale heterogeneity
+    X_test: np.ndarray | None = field(repr=False, default=None)
 
     @cached_property
     def public(self) -> "PublicFacts":
@@ -35,9 +39,20 @@ class TrialWorld:
         return PublicFacts(self)
 
     @cached_property
+    def site_scores(self) -> dict[str, np.ndarray]:
+        """Every site's conformity scores, computed here in one batch: the harness's omniscient
+        view, for reports only (each site computes its own for the protocol)."""
+        sites = list(self.shards)
+        X = np.concatenate([self.shards[s][0] for s in sites])
+        y = np.concatenate([self.shards[s][1] for s in sites])
+        scores = self.model.scores(X, y) if len(y) else np.zeros(0)
+        bounds = np.cumsum([0] + [len(self.shards[s][1]) for s in sites])
+        return {s: scores[bounds[i]:bounds[i + 1]] for i, s in enumerate(sites)}
+
+    @cached_property
     def calibration_scores(self) -> np.ndarray:
-        """Every site's scores pooled: the harness's omniscient view, for reports only."""
-        return np.concatenate([self.model.scores(X, y) for X, y in self.shards.values()])
+        """Every site's scores pooled (reports only)."""
+        return np.concatenate(list(self.site_scores.values()))
 
 
 class PublicFacts(Mapping):
@@ -82,12 +97,20 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
     else:
         X_test, y_test = dataset.X[test], dataset.y[test]
     X_train, X_cal, X_test = standardize(dataset.X[train], dataset.X[cal], X_test)
+    y_train, y_cal = dataset.y[train], dataset.y[cal]
+    if dataset.scale_response:  # paper 000's reference code: y / mean |y_train|
+        scale = float(np.mean(np.abs(y_train))) or 1.0
+        y_train, y_cal, y_test = y_train / scale, y_cal / scale, y_test / scale
     spec = scenario["model"]
-    model = MODELS[spec["kind"]](**spec["params"]).fit(X_train, dataset.y[train], scenario["alpha"],
-                                                       trial_rng(seed, trial, "model"))
+    model = MODELS[spec["kind"]](device=spec["device"], **spec["params"]).fit(
+        X_train, y_train, scenario["alpha"], trial_rng(seed, trial, "model"))
     ids = site_ids(scenario["sites"]["count"])
     sizes = site_sizes(scenario["sites"]["sizes"], len(ids), len(cal))
-    parts = partition(np.arange(len(cal)), sizes, trial_rng(seed, trial, "partition"))
-    shards = {site: (X_cal[part], dataset.y[cal][part]) for site, part in zip(ids, parts)}
+    hetero = scenario["sites"]["heterogeneity"]
+    parts = assign_sites(hetero, X_cal, y_cal, sizes, trial_rng(seed, trial, "partition"))
+    shifts = site_shifts(hetero, len(ids), trial_rng(seed, trial, "heterogeneity"))
+    shards = {site: (X_cal[part], shift_response(hetero["kind"], y_cal[part], alpha))
+              for site, part, alpha in zip(ids, parts, shifts)}
     test_base = model.base_predictions(X_test)
-    return TrialWorld(trial, model.for_sites(), shards, y_test, test_base, (X_train, dataset.y[train]))
+    return TrialWorld(trial, model.for_sites(), shards, y_test, test_base, (X_train, y_train),
+                      task=dataset.task, shifts=shifts, X_test=X_test)

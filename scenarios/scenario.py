@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from data.heterogeneity import HETEROGENEITY_FIELDS
 from data.sources import SOURCES
 from data.split import site_sizes
 from models import MODELS
@@ -37,6 +38,7 @@ SCENARIO_FIELDS = {
     "sites": {"type": "map", "fields": {
         "count": {"type": "int", "min": 1},
         "sizes": {"type": "sizes", "default": "equal"},
+        "heterogeneity": {"type": "map", "fields": HETEROGENEITY_FIELDS},
     }},
     "model": {"type": "any"},
     "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},
@@ -114,6 +116,14 @@ def _cross_checks(s: dict) -> None:
         raise ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
     if not separate_test and split["test"] == 0:
         raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
+    task = SOURCES[data["source"]].task(data)
+    model_task = MODELS[s["model"]["kind"]].task
+    if model_task != task:
+        raise ScenarioError("model.kind", f"a {task} model for this {task} data (got a {model_task} model)",
+                            s["model"]["kind"])
+    if sites["heterogeneity"]["kind"] == "dirichlet" and task != "classification":
+        raise ScenarioError("sites.heterogeneity.kind", "dirichlet label skew for classification data only",
+                            "dirichlet")
     sizes = sites["sizes"]
     if isinstance(sizes, list) and len(sizes) != sites["count"]:
         raise ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)

@@ -103,7 +103,7 @@ def _handle(channel: SiteChannel, outbox: Outbox, local: SiteLocal, envelope, fa
             log.exception("cannot open trial %s", trial)
             reply("error", {"phase": "join", "reason": f"cannot open trial {trial}: {exc}"})
             return
-        reply("join", {"n": n})
+        reply("join", {"n": n, "device": local.device})
         return
     try:
         body = local.answer(session, method, phase, payload["body"])

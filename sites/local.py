@@ -39,7 +39,7 @@ class SiteLocal:
         X, y = read_shard(self.workdir, trial, self.site_id)
         model = read_model(self.workdir, trial)
         self.scores = np.asarray(model.scores(X, y), dtype=float)
-        self.device = model.device
+        self.device = model.device  # resolved in this process: CUDA where this site has it
         self.trial, self.seed, self._halves = trial, seed, {}
         return int(self.scores.size)
 

@@ -45,7 +45,7 @@ class FakeSite(threading.Thread):
                 continue
             env = incoming.envelope
             if env.type == "open":
-                channel.send("join", env.session, {"n": len(self.scores)})
+                channel.send("join", env.session, {"n": len(self.scores), "device": "cpu"})
             elif env.type == "request" and not self.mute:
                 ell = env.payload["body"]["ell"]
                 channel.send("response", env.session,

@@ -5,7 +5,7 @@ from protocol.wire import Envelope
 
 
 def msg(mtype="response", session=5, sender="a", seq=0, phase="respond"):
-    payload = {"response": {"phase": phase, "body": 1.0}, "join": {"n": 3}, "error": {"phase": phase, "reason": "no"},
+    payload = {"response": {"phase": phase, "body": 1.0}, "join": {"n": 3, "device": "cpu"}, "error": {"phase": phase, "reason": "no"},
                "hello": {"pid": 1}}[mtype]
     return Envelope(mtype, session, sender, seq, payload)
 

@@ -16,7 +16,7 @@ def response(body, session=19001, sender="site-049", seq=7):
 
 
 def raw(**overrides):
-    obj = {"v": PROTOCOL_VERSION, "t": "join", "s": 3, "f": "site-001", "n": 1, "p": {"n": 20}}
+    obj = {"v": PROTOCOL_VERSION, "t": "join", "s": 3, "f": "site-001", "n": 1, "p": {"n": 20, "device": "cpu"}}
     obj.update(overrides)
     return seal(msgpack.packb(obj, use_bin_type=True))
 
@@ -58,9 +58,9 @@ def test_small_responses_are_lean():
     (raw(f=""), "sender must match"),
     (raw(n=1.5), "sequence number"),
     (raw(p=[1]), "payload must be a map"),
-    (raw(p={"n": 20, "extra": 1}), "payload fields must be"),
-    (raw(p={"n": "20"}), "field 'n' must be an integer"),
-    (raw(p={"n": True}), "field 'n' must be an integer"),
+    (raw(p={"n": 20, "device": "cpu", "extra": 1}), "payload fields must be"),
+    (raw(p={"n": "20", "device": "cpu"}), "field 'n' must be an integer"),
+    (raw(p={"n": True, "device": "cpu"}), "field 'n' must be an integer"),
     (seal(msgpack.packb({"v": 1, "t": "join"})), "envelope keys must be"),
     (seal(msgpack.packb(msgpack.ExtType(5, b"x"))), "extension type 5"),
 ])
@@ -77,7 +77,7 @@ def test_rejects_oversized_messages():
 
 def test_encode_refuses_what_decode_would_refuse():
     with pytest.raises(WireError):
-        encode(Envelope("join", 1, "site-001", 0, {"n": "many"}))
+        encode(Envelope("join", 1, "site-001", 0, {"n": "many", "device": "cpu"}))
 
 
 @settings(max_examples=2000, deadline=None)

@@ -1,0 +1,127 @@
+"""What the harness (which sees every site's data) reports about heterogeneity.
+
+  site_summary       per site: n_j, mean response, median conformity score
+  spread             between-site spread: sd of the sites' median scores over the pooled sd
+  proposition_34     paper 000 proposition 3.4's coverage loss bound for FedCP-QQ,
+                     E_S[ d_TV( PoissonBinomial(p_1(S)..p_m(S)), PoissonBinomial(p~_1(S)..p~_m(S)) ) ]
+                     with p_j(s) = P(S^(j)_(ell_j) <= s) under site j's score law and p~_j(s) the
+                     same under the reference (test) law; coverage >= M - this.
+
+The site laws F_j are taken from the (unshifted, unpartitioned) test set, never from a site's
+n_j points (a plug-in on those would be noisy and biased upwards):
+  none               0: every site law is the reference
+  location, scale    the test scores with site j's shift applied (exact up to the test sample)
+  sort, response     the test points whose blended sorting key falls in site j's block of ranks
+                     (needs at least MIN_BLOCK test points per site, else not estimated)
+  cluster, dirichlet not estimated (None)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import betainc
+
+from data.heterogeneity import blended_key, shift_response
+from models.scores import SCORES
+from protocol.unbalanced import poisson_binomial_pmf
+
+EVALUATION_POINTS = 400
+MIN_BLOCK = 30
+
+
+def site_summary(world) -> dict[str, dict]:
+    out = {}
+    for site, (_, y) in world.shards.items():
+        scores = world.site_scores[site]
+        out[site] = {"n": int(len(y)), "y_mean": float(np.mean(y)) if len(y) else None,
+                     "score_median": float(np.median(scores)) if len(y) else None}
+    return out
+
+
+def spread(world, summary: dict[str, dict]) -> float | None:
+    medians = np.array([s["score_median"] for s in summary.values() if s["score_median"] is not None])
+    pooled = world.calibration_scores
+    if medians.size < 2 or np.std(pooled) == 0:
+        return None
+    return float(np.std(medians) / np.std(pooled))
+
+
+def proposition_34(world, spec: dict, sizes: list[int], ells: list[int], rng: np.random.Generator) -> float | None:
+    """The TV term of proposition 3.4 for orders `ells` (None where not estimable)."""
+    kind = spec["kind"]
+    if kind == "none":
+        return 0.0
+    if world.task != "regression":
+        return None
+    score = SCORES[world.model.score][0]  # the test set's base predictions serve every site law
+    reference = np.sort(score(world.y_test, world.test_base))
+    if kind in ("location", "scale"):
+        site_laws = [np.sort(score(shift_response(kind, world.y_test, alpha), world.test_base))
+                     for alpha in world.shifts]
+    elif kind in ("sort", "response"):
+        site_laws = _block_laws(world, spec, sizes, reference.size, score, rng)
+        if site_laws is None:
+            return None
+    else:
+        return None
+    points = rng.choice(reference, size=min(EVALUATION_POINTS, reference.size), replace=False)
+    ells, sizes = np.asarray(ells, dtype=float), np.asarray(sizes, dtype=float)
+    p_ref = betainc(ells, sizes - ells + 1, _ecdf(reference, points)[:, None])
+    p_site = np.column_stack([betainc(e, n - e + 1, _ecdf(law, points))
+                              for e, n, law in zip(ells, sizes, site_laws)])
+    tv = 0.5 * np.abs(poisson_binomial_pmf(p_site) - poisson_binomial_pmf(p_ref)).sum(axis=1)
+    return float(np.mean(tv))
+
+
+def _block_laws(world, spec, sizes, n_test, score, rng):
+    """Site j's score law under a sort/response partition: the test points whose blended key
+    ranks in the same fraction of the order as site j's block of the sites' points."""
+    key = world.y_test if spec["kind"] == "response" else world.X_test[:, spec["feature"]]
+    order = np.argsort(blended_key(key, spec["strength"], rng), kind="stable")
+    bounds = np.rint(np.cumsum([0, *sizes]) / sum(sizes) * n_test).astype(int)
+    if np.diff(bounds).min() < MIN_BLOCK:
+        return None
+    scores = score(world.y_test, world.test_base)
+    return [np.sort(scores[order[bounds[j]:bounds[j + 1]]]) for j in range(len(sizes))]
+
+
+def _ecdf(sorted_sample: np.ndarray, points: np.ndarray) -> np.ndarray:
+    return np.searchsorted(sorted_sample, points, side="right") / sorted_sample.size
+
+
+class HeterogeneityReport:
+    """Accumulates the per-trial figures into the run summary."""
+
+    def __init__(self, scenario: dict, plan_orders) -> None:
+        self.kind = scenario["sites"]["heterogeneity"]["kind"]
+        self.spec = scenario["sites"]["heterogeneity"]
+        self.plan_orders = plan_orders  # sizes -> per-site orders of the FedCP-QQ plan, or None
+        self.sites: dict[str, list[dict]] = {}
+        self.spreads, self.tvs = [], []
+
+    def add(self, world, rng) -> None:
+        summary = site_summary(world)
+        for site, stats in summary.items():
+            self.sites.setdefault(site, []).append(stats)
+        value = spread(world, summary)
+        if value is not None:
+            self.spreads.append(value)
+        sizes = [stats["n"] for stats in summary.values()]
+        ells = self.plan_orders(tuple(sizes)) if all(sizes) else None
+        if ells is not None:
+            tv = proposition_34(world, self.spec, sizes, ells, rng)
+            if tv is not None:
+                self.tvs.append(tv)
+
+    def summary(self) -> dict:
+        def mean(key, items):
+            values = [i[key] for i in items if i[key] is not None]
+            return float(np.mean(values)) if values else None
+
+        return {
+            "kind": self.kind, "parameters": self.spec,
+            "sites": {site: {"n": items[-1]["n"], "y_mean": mean("y_mean", items),
+                             "score_median": mean("score_median", items)} for site, items in self.sites.items()},
+            "spread": float(np.mean(self.spreads)) if self.spreads else None,
+            "proposition_34_tv": float(np.mean(self.tvs)) if self.tvs else None,
+        }

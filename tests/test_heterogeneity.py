@@ -1,0 +1,102 @@
+"""The heterogeneity report and proposition 3.4 of paper 000 (issue 8, point 3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocol.conformal import order_statistic, quantile_of_quantiles
+from protocol.unbalanced import coverage_unbalanced
+from runner.heterogeneity import HeterogeneityReport, proposition_34, site_summary
+from runner.study import _fedcp_qq_orders
+from runner.world import build_trial
+from scenarios.scenario import validate_scenario
+from tests.oracles import binomial_tolerance
+
+
+def scenario(kind="none", **heterogeneity):
+    return validate_scenario({
+        "name": "h", "seed": 5, "trials": 1,
+        "data": {"source": "synthetic", "generator": "romano2019", "n": 6000},
+        "sites": {"count": 6, "sizes": 100, "heterogeneity": {"kind": kind, **heterogeneity}},
+        "model": {"kind": "ridge"}, "methods": [{"name": "fedcp_qq"}]})
+
+
+def tv_of(s):
+    world = build_trial(s, 0)
+    sizes = [len(y) for _, y in world.shards.values()]
+    ells = _fedcp_qq_orders(s)(tuple(sizes))
+    return proposition_34(world, s["sites"]["heterogeneity"], sizes, ells, np.random.default_rng(0))
+
+
+def test_exchangeable_sites_lose_nothing():
+    assert tv_of(scenario()) == 0.0
+    assert tv_of(scenario("location", sigma=0.0)) == 0.0  # every site law is the reference
+
+
+def test_the_bound_grows_with_the_shift():
+    small, large = tv_of(scenario("location", sigma=0.05)), tv_of(scenario("location", sigma=1.0))
+    assert 0 < small < large <= 1
+    assert tv_of(scenario("scale", sigma=0.5)) > 0
+
+
+def test_sort_partitions_are_estimated_from_the_test_set():
+    mixed = tv_of(scenario("response", strength=0.0))
+    sorted_ = tv_of(scenario("response", strength=1.0))
+    assert sorted_ > 0.5 and mixed < sorted_ / 3
+    assert tv_of(scenario("cluster")) is None  # not estimable: reported as such
+
+
+def test_prop34_tv_is_a_coverage_loss_bound_for_a_location_shift():
+    """Proposition 3.4: coverage >= M - E[d_TV]. Sites shifted by alpha_j draw their n_j scores
+    from the test pool; over many draws FedCP-QQ's coverage of the unshifted test set must not
+    fall below the plan's exact coverage minus the estimated TV term (Monte Carlo)."""
+    from protocol.methods.fedcp_qq import FedCPQQ
+
+    s = scenario("location", sigma=0.6)
+    world = build_trial(s, 0)
+    sizes = [len(y) for _, y in world.shards.values()]
+    plan = FedCPQQ(s["alpha"]).make_plan(tuple(sizes))
+    tv = proposition_34(world, s["sites"]["heterogeneity"], sizes, list(plan.ells), np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    scores = np.abs(world.y_test - world.test_base)
+    covered = []
+    for _ in range(400):
+        local = []
+        for alpha_j, n_j, ell in zip(world.shifts, sizes, plan.ells):
+            draw = rng.choice(len(scores), n_j)
+            local.append(order_statistic(np.abs(world.y_test[draw] + alpha_j - world.test_base[draw]), ell))
+        covered.append(np.mean(scores <= quantile_of_quantiles(local, plan.k)))
+    bound = coverage_unbalanced(sizes, list(plan.ells), plan.k) - tv
+    assert 0 < tv < 1
+    assert np.mean(covered) >= bound - binomial_tolerance(bound, 400)
+
+
+def test_report_lists_each_sites_size_and_a_spread():
+    s = scenario("location", sigma=1.0)
+    world = build_trial(s, 0)
+    summary = site_summary(world)
+    assert [v["n"] for v in summary.values()] == [100] * 6
+    report = HeterogeneityReport(s, _fedcp_qq_orders(s))
+    report.add(world, np.random.default_rng(0))
+    out = report.summary()
+    assert out["kind"] == "location" and out["proposition_34_tv"] > 0 and out["spread"] > 0
+    assert set(out["sites"]) == set(world.shards)
+
+
+@pytest.mark.parametrize("kind", ["sort", "cluster", "dirichlet"])
+def test_heterogeneity_kinds_in_scenarios(kind):
+    if kind == "dirichlet":
+        with pytest.raises(ValueError, match="classification data only"):
+            scenario(kind)
+    else:
+        world = build_trial(scenario(kind), 0)
+        assert sum(len(y) for _, y in world.shards.values()) == 600
+
+
+def test_sorted_blocks_span_the_whole_range_when_sites_hold_a_subset():
+    world = build_trial(scenario("response"), 0)
+    means = [np.mean(y) for _, y in world.shards.values()]
+    assert means == sorted(means)
+    pooled = np.concatenate([y for _, y in world.shards.values()])
+    assert np.max(pooled) > np.quantile(world.y_test, 0.95)  # the top block reaches the top
