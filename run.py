@@ -130,6 +130,33 @@ def sweep(scenario, grids, out, trials, overrides, backend):
 
 
 @cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The PNG file to write.")
+def plot(runs, out):
+    """Pool the results of several RUNS (e.g. one per data set) into one coverage and set-size
+    box plot per method, one point per trial of each run (paper 000 figure 4)."""
+    from runner.outputs import RunDirectory
+    from runner.plots import run_plots
+
+    rows, alphas = [], set()
+    for path in runs:
+        directory = RunDirectory(path)
+        scenario = directory.read_scenario()
+        if scenario is None:
+            raise click.ClickException(f"{path} is not a run directory (no scenario.yaml)")
+        alphas.add(scenario["alpha"])
+        rows += directory.read_results()
+    if len(alphas) > 1:
+        raise click.ClickException(f"the runs use different alpha values {sorted(alphas)}; pool runs of one alpha")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = run_plots(rows, alphas.pop(), out.parent, name=out.name)
+    if not written:
+        raise click.ClickException("no trial in these runs produced a prediction set")
+    click.echo(f"{len(rows)} rows from {len(runs)} run(s) -> {out}")
+
+
+@cli.command()
 @click.option("--alpha", type=float, required=True, help="Miscoverage level, in (0, 1).")
 @click.option("--sites", "m", type=click.IntRange(min=1), help="Number of sites m (equal sizes, with --n).")
 @click.option("--n", "n", type=click.IntRange(min=1), help="Calibration points per site (equal sizes).")

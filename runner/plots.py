@@ -15,9 +15,8 @@ MARKERS = ["o", "s", "^", "v", "D", "x", "P", "*"]
 DASHES = ["-", "--", ":", "-."]
 
 
-def run_plots(rows: list[dict], alpha: float, out: Path) -> list[Path]:
-    """coverage_size.png: box plots of test coverage and mean set size per method over trials
-    (like paper 000 figure 4), with the target 1 - alpha marked."""
+def _per_trial(rows: list[dict]):
+    """method -> coverages, method -> finite set sizes, over the rows that produced a set."""
     coverage, size = defaultdict(list), defaultdict(list)
     for row in rows:
         if row["status"] == "ok" or (row["status"] == "infinite" and row.get("per_site")):
@@ -25,6 +24,14 @@ def run_plots(rows: list[dict], alpha: float, out: Path) -> list[Path]:
             value = float(row["size"])
             if math.isfinite(value):
                 size[row["method"]].append(value)
+    return coverage, size
+
+
+def run_plots(rows: list[dict], alpha: float, out: Path, name: str = "coverage_size.png") -> list[Path]:
+    """coverage_size.png: box plots of test coverage and mean set size per method over trials
+    (like paper 000 figure 4; rows pooled from several runs give its one point per split and
+    data set), with the target 1 - alpha marked."""
+    coverage, size = _per_trial(rows)
     if not coverage:
         return []
     methods = list(coverage)
@@ -37,6 +44,45 @@ def run_plots(rows: list[dict], alpha: float, out: Path) -> list[Path]:
     right.set_title("mean set size per trial")
     for axis in (left, right):
         axis.set_xticks(range(1, len(methods) + 1), methods, rotation=30, ha="right")
+    fig.tight_layout()
+    path = out / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def sweep_boxplots(results: dict[str, list[dict]], rows: list[dict], keys: list[str], alpha: float,
+                   out: Path) -> list[Path]:
+    """coverage_size.png of a sweep: one group of boxes per combination (run), one box per
+    method in a fixed colour, coverage above and mean set size below (paper 000 figures 8-17)."""
+    runs = list(dict.fromkeys(row["run"] for row in rows))
+    per_run = {run: _per_trial(results.get(run, [])) for run in runs}
+    methods = list(dict.fromkeys(m for coverage, _ in per_run.values() for m in coverage))
+    if not methods:
+        return []
+    labels = {row["run"]: ", ".join(str(row[k]) for k in keys) for row in rows}
+    width = 0.8 / len(methods)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 1.2 * len(runs) * len(methods) ** 0.5 + 3), 7), sharex=True)
+    for panel, axis in enumerate(axes):
+        for number, method in enumerate(methods):
+            data = [per_run[run][panel].get(method, []) for run in runs]
+            positions = [i + (number - (len(methods) - 1) / 2) * width for i in range(len(runs))]
+            kept = [(p, d) for p, d in zip(positions, data) if d]
+            if not kept:
+                continue
+            parts = axis.boxplot([d for _, d in kept], positions=[p for p, _ in kept], widths=width * 0.85,
+                                 showmeans=True, patch_artist=True, manage_ticks=False)
+            for box in parts["boxes"]:
+                box.set_facecolor(colors[number % len(colors)])
+                box.set_alpha(0.6)
+            parts["boxes"][0].set_label(method)
+        axis.set_xticks(range(len(runs)), [labels[r] for r in runs], rotation=20, ha="right")
+    axes[0].axhline(1 - alpha, color="tab:red", linestyle="--", linewidth=1)
+    axes[0].set_ylabel("test coverage per trial")
+    axes[1].set_ylabel("mean set size per trial")
+    axes[0].set_title(f"coverage (target {1 - alpha:g}) and set size by {', '.join(keys)}")
+    axes[0].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     path = out / "coverage_size.png"
     fig.savefig(path, dpi=110)
@@ -86,7 +132,8 @@ def sweep_plots(rows: list[dict], keys: list[str], out: Path) -> list[Path]:
     axis.set_xlabel("bytes up per site and trial")
     axis.set_ylabel("mean set size (labels: mean coverage)")
     axis.set_title("utility against communication cost")
-    axis.legend(fontsize=8)
+    if axis.get_legend_handles_labels()[0]:  # in-process runs send no bytes: nothing to plot
+        axis.legend(fontsize=8)
     fig.tight_layout()
     path = out / "utility_vs_cost.png"
     fig.savefig(path, dpi=110)

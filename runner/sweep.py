@@ -1,10 +1,15 @@
 """Sweeps: run a scenario over the product of grid values and write one combined table.
 
     python run.py sweep SCENARIO --grid sites.count=10,50,100 --grid methods.1.epsilon=1,10
+    python run.py sweep SCENARIO --grid 'model=[{kind: ridge}, {kind: cqr_forest}]'
 
+A grid is comma-separated values, or a YAML list in brackets when values are mappings (a
+whole model, say); a mapping is named in tables and directories by its `kind` or `name`.
 Each combination runs into DIR/<key=value,...>/ (a full run directory); DIR/sweep.csv has one
 row per combination and method with the swept values, utility, privacy and communication cost;
-DIR/cost_vs_KEY.png and DIR/utility_vs_cost.png plot them.
+DIR/cost_vs_KEY.png and DIR/utility_vs_cost.png plot them, and DIR/coverage_size.png shows the
+per-trial coverage and set size as box plots, one group per combination, one box per method
+(paper 000 figures 8-17 when the grid runs over models).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from runner.plots import sweep_plots
+from runner.outputs import RunDirectory
+from runner.plots import sweep_boxplots, sweep_plots
 from runner.study import run_study
 from scenarios.scenario import load_scenario
 from scenarios.schema import ScenarioError
@@ -34,11 +40,27 @@ def parse_grid(items: list[str]) -> list[tuple[str, list]]:
         if "=" not in item:
             raise ScenarioError(item, "a grid of the form dotted.key=v1,v2,...")
         key, raw = item.split("=", 1)
-        values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
+        if raw.strip().startswith("["):
+            try:
+                values = yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise ScenarioError(key, f"a YAML list of grid values ({exc})", raw) from None
+        else:
+            values = [yaml.safe_load(v) for v in raw.split(",") if v.strip()]
         if not values:
             raise ScenarioError(key, "at least one value in the grid", raw)
         grid.append((key.strip(), values))
     return grid
+
+
+def grid_label(value) -> str:
+    """How a grid value is named in sweep.csv, plots and directory names."""
+    if isinstance(value, dict):
+        named = value.get("kind", value.get("name"))
+        return str(named) if named is not None else json.dumps(value, separators=(",", ":"))
+    if isinstance(value, list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
 
 
 def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrides=(), backend="processes",
@@ -53,13 +75,14 @@ def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrid
         specs.append((combo, load_scenario(scenario_path, list(overrides) + sets)))
     rows = []
     for number, (combo, spec) in enumerate(specs, start=1):
-        name = ",".join(f"{k}={v}" for k, v in zip(keys, combo)).replace("/", "_")
+        labels = [grid_label(v) if isinstance(v, (dict, list)) else v for v in combo]
+        name = ",".join(f"{k}={v}" for k, v in zip(keys, labels)).replace("/", "_")
         if progress is not None:
             progress(number, len(specs), name)
         summary = run_study(spec, out / name, backend=backend)
         for method, stats in summary["methods"].items():
             cost = summary["communication"].get(method, {})
-            row = dict(zip(keys, combo))
+            row = dict(zip(keys, labels))
             row.update({
                 "method": method, "codec": stats["codec"], "privacy": stats["privacy"], "epsilon": stats["epsilon"],
                 "trials": stats["trials"], "ok": stats["ok"], "coverage_mean": stats["coverage_mean"],
@@ -74,6 +97,8 @@ def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrid
             rows.append(row)
         _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost
     sweep_plots(rows, keys, out)
+    sweep_boxplots({name: RunDirectory(out / name).read_results() for name in {r["run"] for r in rows}},
+                   rows, keys, alpha=specs[0][1]["alpha"], out=out)
     return rows
 
 

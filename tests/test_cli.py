@@ -91,8 +91,25 @@ def test_sweep_writes_one_table_and_plots(tmp_path):
     assert [(r["sites.count"], r["method"]) for r in rows] == [("2", "fedcp_qq"), ("2", "centralized"),
                                                                 ("4", "fedcp_qq"), ("4", "centralized")]
     assert all(float(r["bytes_up_per_site"]) > 0 for r in rows)
-    assert {p.name for p in out.glob("*.png")} == {"cost_vs_sites_count.png", "utility_vs_cost.png"}
+    assert {p.name for p in out.glob("*.png")} == {"cost_vs_sites_count.png", "utility_vs_cost.png",
+                                                   "coverage_size.png"}
     assert (out / "sites.count=2" / "ledger.csv").exists()
     bad = cli("sweep", "tests/scenarios/tiny.yaml", "--grid", "sites.count=2,zero", "--out", str(tmp_path / "x"),
               check=False)
     assert bad.returncode == 2 and "sites.count" in bad.stderr
+
+
+def test_a_sweep_over_models_and_a_pooled_plot(tmp_path):
+    out = tmp_path / "models"
+    cli("sweep", "tests/scenarios/tiny.yaml", "--grid",
+        "model=[{kind: ridge}, {kind: cqr_forest, params: {n_estimators: 20}}]", "--trials", "2",
+        "--set", "methods=[{name: fedcp_qq}, {name: centralized}]", "--backend", "inprocess", "--out", str(out))
+    rows = list(csv.DictReader(open(out / "sweep.csv")))
+    assert [(r["model"], r["method"], r["trials"]) for r in rows] == [
+        ("ridge", "fedcp_qq", "2"), ("ridge", "centralized", "2"),
+        ("cqr_forest", "fedcp_qq", "2"), ("cqr_forest", "centralized", "2")]
+    assert (out / "model=cqr_forest" / "results.csv").exists() and (out / "coverage_size.png").stat().st_size > 0
+    pooled = cli("plot", str(out / "model=ridge"), str(out / "model=cqr_forest"), "--out", str(tmp_path / "f.png"))
+    assert "8 rows from 2 run(s)" in pooled.stdout and (tmp_path / "f.png").stat().st_size > 0
+    bad = cli("plot", str(tmp_path), "--out", str(tmp_path / "g.png"), check=False)
+    assert bad.returncode != 0 and "not a run directory" in bad.stderr
