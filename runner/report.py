@@ -120,3 +120,25 @@ def communication_table(costs: dict[str, dict]):
                       f"{c['info_bits_per_trial']:.0f}",
                       "-" if c["overhead_up"] is None else f"{c['overhead_up']:.1f}x")
     return table
+
+
+def sites_line(summary: dict) -> str:
+    """One line on the sites: their sizes, where they scored, and how they differ."""
+    h = summary["heterogeneity"]
+    sizes = [site["n"] for site in h["sites"].values()]
+    if not sizes:
+        return "sites: none joined"
+    if len(set(sizes)) == 1:
+        shown = f"n_j = {sizes[0]} each"
+    elif len(sizes) <= 12:
+        shown = f"n_j = {', '.join(map(str, sizes))} (total {sum(sizes)})"
+    else:
+        shown = f"n_j from {min(sizes)} to {max(sizes)} (total {sum(sizes)})"
+    text = f"sites: {len(sizes)}, {shown}; scored on {', '.join(summary['site_devices'])}"
+    if h["kind"] != "none":
+        text += f"; heterogeneity {h['kind']}"
+        if h["spread"] is not None:
+            text += f", spread of site median scores {h['spread']:.3f}"
+    if h["proposition_34_tv"] is not None:
+        text += f"; proposition 3.4 coverage-loss bound {h['proposition_34_tv']:.4f}"
+    return text

@@ -9,7 +9,7 @@ from scenarios.scenario import load_scenario
 from scenarios.schema import ScenarioError, apply_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml")) + sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml")) + sorted((ROOT / "tests" / "scenarios").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
@@ -19,7 +19,7 @@ def test_shipped_scenarios_validate(path):
 
 def test_quickstart_is_the_papers_synthetic_setting():
     s = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
-    assert s["sites"] == {"count": 50, "sizes": "equal"}
+    assert (s["sites"]["count"], s["sites"]["sizes"], s["sites"]["heterogeneity"]["kind"]) == (50, "equal", "none")
     assert s["data"] == {"source": "synthetic", "generator": "romano2019", "n": 2000, "n_test": 5000}
     assert int(s["split"]["calibration"] * s["data"]["n"]) // 50 == 20
     assert s["model"]["kind"] == "cqr_forest" and s["model"]["params"]["n_estimators"] == 1000
@@ -42,17 +42,17 @@ def base():
     (lambda d: d["sites"].update(cuont=4), "sites.cuont", "did you mean 'count'"),
     (lambda d: d.pop("name"), "name", "(required)"),
     (lambda d: d.update(alpha=1.5), "alpha", "a number > 0 and < 1"),
-    (lambda d: d["model"].update(kind="svm"), "model.kind", "one of 'cqr_forest', 'ridge'"),
+    (lambda d: d["model"].update(kind="svm"), "model.kind", "one of 'classifier', 'cqr_forest', 'cqr_net', 'ridge'"),
     (lambda d: d["methods"].append({"name": "fedcp_qqq"}), "methods[6].name", "one of"),
     (lambda d: d["methods"].append({"name": "fedcp_qq"}), "methods", "distinct labels"),
     (lambda d: d["sites"].update(sizes=[10, 10]), "sites.sizes", "one size per site (4 values)"),
-    (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal', a list of positive integers"),
+    (lambda d: d["sites"].update(sizes="unequal"), "sites.sizes", "'equal', a positive integer"),
     (lambda d: d["sites"].update(sizes={"distribution": "zipf"}), "sites.sizes.distribution", "one of 'lognormal', 'uniform'"),
     (lambda d: d["sites"].update(sizes={"distribution": "uniform", "low": 9, "high": 3}), "sites.sizes.high", "at least low = 9"),
     (lambda d: d["sites"].update(sizes={"distribution": "lognormal", "median": 50}), "sites.sizes.sigma", "(required)"),
     (lambda d: d["split"].update(train=0.9), "split", "fractions adding up to at most 1"),
     (lambda d: d["sites"].update(count=500), "sites", "at most 160 calibration points"),
-    (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'romano2019'"),
+    (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'paper004_gamma', 'paper004_shift', 'romano2019'"),
     (lambda d: d["runtime"]["deadlines"].update(respond=0), "runtime.deadlines.respond", "a number > 0"),
     (lambda d: d["model"].update(params={"trees": 3}), "model.params.trees", "no field 'trees'"),
     (lambda d: d["methods"][3].update(epsilon=-1), "methods[3].epsilon", "a number > 0"),
