@@ -12,12 +12,14 @@ anything over the wire.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from protocol.codecs import CODECS
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
-from sites.storage import read_model, read_shard, shard_path, write_trial
+from sites.storage import model_slot, read_model, read_shard, shard_path, write_trial
 
 
 class SiteLocal:
@@ -37,9 +39,12 @@ class SiteLocal:
             world = build_trial(self.scenario, trial)
             write_trial(self.workdir, trial, world.model, {self.site_id: world.shards[self.site_id]})
         X, y = read_shard(self.workdir, trial, self.site_id)
-        model = read_model(self.workdir, trial)
-        self.scores = np.asarray(model.scores(X, y), dtype=float)
-        self.device = model.device  # resolved in this process: CUDA where this site has it
+        with model_slot(self.workdir, trial):  # the host's memory is shared with the other sites
+            model = read_model(self.workdir, trial)
+            self.scores = np.asarray(model.scores(X, y), dtype=float)
+            self.device = model.device  # resolved in this process: CUDA where this site has it
+            del model
+            gc.collect()
         self.trial, self.seed, self._halves = trial, seed, {}
         return int(self.scores.size)
 

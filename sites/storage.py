@@ -5,14 +5,18 @@ them. A site reads nothing but its own shard and the shared model.
 
     WORKDIR/trial-0003/model.pkl
     WORKDIR/trial-0003/site-007.npz     (X, y of site-007's calibration data)
+    WORKDIR/locks/load-N                (model_slot's lock files)
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import shutil
+import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +56,58 @@ def read_model(workdir, trial: int):
     # The model file is written by this run's own harness (see write_trial), never received.
     with open(model_path(workdir, trial), "rb") as handle:
         return pickle.load(handle)
+
+
+MODEL_MEMORY_FACTOR = 3  # memory a loaded model takes, per byte of its pickle, with head room
+MAX_SLOTS = 64
+
+
+def load_slots(model_bytes: int, available: int | None = None) -> int:
+    """How many processes of this host may hold a model of `model_bytes` at once: as many as
+    fit in half the memory available now (at least one)."""
+    if available is None:
+        available = _available_memory()
+    if available is None:
+        return MAX_SLOTS
+    return int(max(1, min(MAX_SLOTS, available // 2 // max(1, MODEL_MEMORY_FACTOR * model_bytes))))
+
+
+@contextmanager
+def model_slot(workdir, trial: int):
+    """Hold one of the host's model-loading slots (an flock'ed file under WORKDIR/locks).
+
+    Every site process on a host loads the trial's model at the same moment; a forest of a few
+    hundred MB times a hundred sites would swap the host to a halt. Sites queue here instead
+    and free the model before they leave the slot."""
+    slots = load_slots(model_path(workdir, trial).stat().st_size)
+    locks = Path(workdir) / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    while True:
+        for index in range(slots):
+            fd = os.open(locks / f"load-{index}", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
+        time.sleep(0.02)
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def remove_trial(workdir, trial: int) -> None:

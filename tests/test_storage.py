@@ -1,0 +1,40 @@
+"""Site storage: the model-loading slots that keep a hundred site processes from each holding a
+large model at the same moment."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+import sites.storage as storage
+from sites.storage import load_slots, model_slot, write_trial
+
+
+def test_slots_fit_half_the_available_memory():
+    assert load_slots(100, available=6000) == 10  # 3000 / (3 * 100)
+    assert load_slots(10**9, available=10**9) == 1  # always at least one
+    assert load_slots(1, available=10**12) == storage.MAX_SLOTS
+
+
+def test_at_most_the_allowed_number_of_holders_at_once(tmp_path, monkeypatch):
+    write_trial(tmp_path, 0, {"a model": 1}, {"site-000": (np.zeros((1, 1)), np.zeros(1))})
+    monkeypatch.setattr(storage, "load_slots", lambda size: 2)
+    holders, peak, lock = [0], [0], threading.Lock()
+
+    def site():
+        with model_slot(tmp_path, 0):  # separate flock'ed descriptions conflict, as across processes
+            with lock:
+                holders[0] += 1
+                peak[0] = max(peak[0], holders[0])
+            time.sleep(0.05)
+            with lock:
+                holders[0] -= 1
+
+    threads = [threading.Thread(target=site) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert peak[0] == 2 and holders[0] == 0
