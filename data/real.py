@@ -29,16 +29,32 @@ def default_directory() -> Path:
     return Path(os.environ.get("QUORUM_DATASETS", REPO.parent / "shared" / "datasets"))
 
 
+FILES = {"bio": ["CASP.csv"], "bike": ["bike_train.csv"], "star": ["STAR.csv"], "concrete": ["Concrete_Data.csv"],
+         "community": ["communities.data", "communities_attributes.csv"]}
+
+
+def missing_files(name: str, directory: Path) -> list[str]:
+    """The files of data set `name` that `directory` lacks."""
+    if name not in FILES:
+        raise ValueError(f"unknown data set {name!r}; expected one of {', '.join(DATASETS)}")
+    return [f for f in FILES[name] if not (directory / f).exists()]
+
+
+def csv_columns(path: str | Path) -> list[str]:
+    """The header of a CSV file (DatasetMissing if there is no file)."""
+    import pandas as pd
+
+    if not Path(path).exists():
+        raise DatasetMissing(f"no CSV file at {path}")
+    return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+
+
 def load_real(name: str, directory: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) of one of DATASETS, as float64."""
     import pandas as pd
 
     directory = Path(directory) if directory else default_directory()
-    files = {"bio": ["CASP.csv"], "bike": ["bike_train.csv"], "star": ["STAR.csv"],
-             "concrete": ["Concrete_Data.csv"], "community": ["communities.data", "communities_attributes.csv"]}
-    if name not in files:
-        raise ValueError(f"unknown data set {name!r}; expected one of {', '.join(DATASETS)}")
-    missing = [f for f in files[name] if not (directory / f).exists()]
+    missing = missing_files(name, directory)
     if missing:
         raise DatasetMissing(f"data set {name!r} needs {', '.join(missing)} in {directory} "
                              f"(set data.dir or $QUORUM_DATASETS)")
@@ -81,8 +97,7 @@ def load_csv(path: str | Path, target: str, features: list[str] | None = None,
     import pandas as pd
 
     path = Path(path)
-    if not path.exists():
-        raise DatasetMissing(f"no CSV file at {path}")
+    csv_columns(path)
     frame = pd.read_csv(path)
     if target not in frame.columns:
         raise ValueError(f"{path}: no column {target!r} (columns: {', '.join(map(str, frame.columns))})")

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data.real import DATASETS, load_csv, load_real
+from pathlib import Path
+
+from data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
 from data.synthetic import GENERATORS
 
 SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
@@ -63,6 +65,15 @@ class Real:
         return "regression"
 
     @staticmethod
+    def check(params) -> tuple[str, str, object] | None:
+        directory = Path(params["dir"]) if params["dir"] else default_directory()
+        missing = missing_files(params["name"], directory)
+        if missing:
+            return ("data.dir", f"a directory holding {', '.join(missing)} (default ../shared/datasets or "
+                    f"$QUORUM_DATASETS)", str(directory))
+        return None
+
+    @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
         X, y = load_real(params["name"], params["dir"] or None)
         return Dataset(X, y, scale_response=params["scale_response"])
@@ -80,6 +91,18 @@ class CSV:
     @staticmethod
     def task(params) -> str:
         return params["task"]
+
+    @staticmethod
+    def check(params) -> tuple[str, str, object] | None:
+        try:
+            columns = csv_columns(params["path"])
+        except DatasetMissing:
+            return ("data.path", "an existing CSV file", params["path"])
+        for field, names in (("data.target", [params["target"]]), ("data.features", params["features"])):
+            unknown = [n for n in names if n not in columns]
+            if unknown:
+                return (field, f"column(s) of {params['path']} (it has: {', '.join(columns)})", unknown)
+        return None
 
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:

@@ -116,7 +116,11 @@ def _cross_checks(s: dict) -> None:
         raise ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
     if not separate_test and split["test"] == 0:
         raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
-    task = SOURCES[data["source"]].task(data)
+    source = SOURCES[data["source"]]
+    problem = source.check(data) if hasattr(source, "check") else None
+    if problem:
+        raise ScenarioError(*problem)
+    task = source.task(data)
     model_task = MODELS[s["model"]["kind"]].task
     if model_task != task:
         raise ScenarioError("model.kind", f"a {task} model for this {task} data (got a {model_task} model)",

@@ -166,3 +166,25 @@ def test_csv_text_target_needs_the_classification_task(tmp_path):
     path.write_text("a,label\n1,x\n2,y\n")
     with pytest.raises(ValueError, match="set data.task: classification"):
         load_csv(path, "label")
+
+
+def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
+    from scenarios.scenario import validate_scenario
+    from scenarios.schema import ScenarioError
+
+    path = tmp_path / "d.csv"
+    path.write_text("a,t\n1,2\n3,4\n")
+
+    def scenario(data):
+        return validate_scenario({"name": "x", "data": data, "sites": {"count": 1}, "model": {"kind": "ridge"},
+                                  "methods": [{"name": "centralized"}]})
+
+    assert scenario({"source": "csv", "path": str(path), "target": "t"})["data"]["features"] == []
+    cases = [({"source": "csv", "path": str(tmp_path / "none.csv"), "target": "t"}, "data.path"),
+             ({"source": "csv", "path": str(path), "target": "y"}, "data.target"),
+             ({"source": "csv", "path": str(path), "target": "t", "features": ["b"]}, "data.features"),
+             ({"source": "real", "name": "bio", "dir": str(tmp_path)}, "data.dir")]
+    for data, field in cases:
+        with pytest.raises(ScenarioError) as error:
+            scenario(data)
+        assert error.value.field == field
