@@ -24,6 +24,7 @@ test-all: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) bench/plan_time.py
 	$(PY) bench/comm_cost.py
+	$(PY) bench/scoring_throughput.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
