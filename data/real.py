@@ -7,6 +7,7 @@ The files are never copied into the repository: they are read from a directory, 
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -50,10 +51,16 @@ def csv_columns(path: str | Path) -> list[str]:
 
 
 def load_real(name: str, directory: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) of one of DATASETS, as float64."""
+    """(X, y) of one of DATASETS, as float64 (read once per process and directory; copies)."""
+    directory = Path(directory) if directory else default_directory()
+    X, y = _load_real(name, directory.resolve())
+    return X.copy(), y.copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray]:
     import pandas as pd
 
-    directory = Path(directory) if directory else default_directory()
     missing = missing_files(name, directory)
     if missing:
         raise DatasetMissing(f"data set {name!r} needs {', '.join(missing)} in {directory} "

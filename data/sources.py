@@ -44,6 +44,10 @@ class Synthetic:
         return "regression"
 
     @staticmethod
+    def rows(params) -> int:
+        return params["n"]
+
+    @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
         generate = GENERATORS[params["generator"]]
         X, y = generate(params["n"], rng)
@@ -72,6 +76,10 @@ class Real:
             return ("data.dir", f"a directory holding {', '.join(missing)} (default ../shared/datasets or "
                     f"$QUORUM_DATASETS)", str(directory))
         return None
+
+    @staticmethod
+    def rows(params) -> int:
+        return len(load_real(params["name"], params["dir"] or None)[1])
 
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
@@ -105,6 +113,10 @@ class CSV:
         return None
 
     @staticmethod
+    def rows(params) -> int:
+        return len(CSV.load(params, None).y)
+
+    @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
         X, y = load_csv(params["path"], params["target"], params["features"] or None,
                         classification=params["task"] == "classification")
@@ -117,6 +129,10 @@ class SKLearn:
     @staticmethod
     def task(params) -> str:
         return SKLEARN_SETS[params["name"]]
+
+    @staticmethod
+    def rows(params) -> int:
+        return len(SKLearn.load(params, None).y)
 
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:

@@ -21,6 +21,7 @@ class Model(ABC):
     task: ClassVar[str] = "regression"  # or "classification"
     score: ClassVar[str]  # a key of models.scores.SCORES (classifiers may choose per instance)
     PARAMS: ClassVar[dict[str, dict]] = {}
+    n_classes: int | None = None  # classification: classes in the whole data set (set by the harness)
 
     def __init__(self, device: str = "auto", **params: Any) -> None:
         self.requested_device = device

@@ -37,7 +37,8 @@ class Classifier(TorchModel):
     def fit(self, X, y, alpha, rng):
         import torch.nn.functional as F
 
-        self.inputs, self.classes = X.shape[1], int(np.max(y)) + 1
+        # every class of the data set gets an output, also one the training split happens to lack
+        self.inputs, self.classes = X.shape[1], max(int(np.max(y)) + 1, self.n_classes or 0)
         self.net = self.build()
         self.train(X, y, lambda out, target: F.cross_entropy(out, target.long()), rng)
         return self

@@ -102,8 +102,11 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
         scale = float(np.mean(np.abs(y_train))) or 1.0
         y_train, y_cal, y_test = y_train / scale, y_cal / scale, y_test / scale
     spec = scenario["model"]
-    model = MODELS[spec["kind"]](device=spec["device"], **spec["params"]).fit(
-        X_train, y_train, scenario["alpha"], trial_rng(seed, trial, "model"))
+    model = MODELS[spec["kind"]](device=spec["device"], **spec["params"])
+    if dataset.task == "classification":
+        labels = dataset.y if dataset.y_test is None else np.concatenate([dataset.y, dataset.y_test])
+        model.n_classes = int(np.max(labels)) + 1
+    model.fit(X_train, y_train, scenario["alpha"], trial_rng(seed, trial, "model"))
     ids = site_ids(scenario["sites"]["count"])
     sizes = site_sizes(scenario["sites"]["sizes"], len(ids), len(cal))
     hetero = scenario["sites"]["heterogeneity"]

@@ -131,12 +131,12 @@ def _cross_checks(s: dict) -> None:
     sizes = sites["sizes"]
     if isinstance(sizes, list) and len(sizes) != sites["count"]:
         raise ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)
-    if "n" in data:
-        capacity = int(split["calibration"] * data["n"])
-        needed = sites["count"] if sizes == "equal" else sum(site_sizes(sizes, sites["count"], capacity))
-        if needed > capacity:
-            raise ScenarioError("sites", f"at most {capacity} calibration points in all "
-                                f"(calibration fraction x data.n)", f"{needed} needed")
+    rows = source.rows(data)
+    capacity = int(split["calibration"] * rows)
+    needed = sites["count"] if sizes == "equal" else sum(site_sizes(sizes, sites["count"], capacity))
+    if needed > capacity:
+        raise ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
+                            f"{split['calibration']:g} x {rows} rows of data)", f"{needed} needed")
     from runner.world import site_ids
 
     ids = site_ids(sites["count"])

@@ -173,7 +173,7 @@ def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
     from scenarios.schema import ScenarioError
 
     path = tmp_path / "d.csv"
-    path.write_text("a,t\n1,2\n3,4\n")
+    path.write_text("a,t\n" + "".join(f"{i},{2 * i}\n" for i in range(10)))
 
     def scenario(data):
         return validate_scenario({"name": "x", "data": data, "sites": {"count": 1}, "model": {"kind": "ridge"},
@@ -184,6 +184,9 @@ def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
              ({"source": "csv", "path": str(path), "target": "y"}, "data.target"),
              ({"source": "csv", "path": str(path), "target": "t", "features": ["b"]}, "data.features"),
              ({"source": "real", "name": "bio", "dir": str(tmp_path)}, "data.dir")]
+    with pytest.raises(ScenarioError, match="at most 4 calibration points"):  # 0.4 x 10 rows
+        validate_scenario({"name": "x", "data": {"source": "csv", "path": str(path), "target": "t"},
+                           "sites": {"count": 5}, "model": {"kind": "ridge"}, "methods": [{"name": "centralized"}]})
     for data, field in cases:
         with pytest.raises(ScenarioError) as error:
             scenario(data)

@@ -146,3 +146,15 @@ def test_a_torch_classifier_study_over_site_processes(tmp_path):
     assert central["coverage_mean"] > 0.9 - binomial_tolerance(0.9, 2 * 359) and 1 <= central["size_mean"] < 5
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert all(e["devices"] == summary["site_devices"] for e in events if e["event"] == "trial_open")
+
+
+def test_a_class_missing_from_the_training_split_still_gets_a_column():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((300, 4))
+    y = (X[:, 0] > 0).astype(float)  # classes 0 and 1 only in training
+    model = MODELS["classifier"](device="cpu", **{**default_params("classifier"), "epochs": 5})
+    model.n_classes = 3
+    model.fit(X, y, 0.1, rng)
+    probabilities = model.base_predictions(X[:10])
+    assert probabilities.shape == (10, 3)
+    assert np.all(model.scores(X[:3], np.array([2, 2, 2])) > 0.5)  # the unseen class is unlikely
