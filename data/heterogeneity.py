@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data.split import partition
+from data.split import check_capacity, partition
 
 KINDS = ("none", "sort", "response", "cluster", "location", "scale", "dirichlet")
 HETEROGENEITY_FIELDS = {
@@ -48,8 +48,7 @@ def assign_sites(spec: dict, X: np.ndarray, y: np.ndarray, sizes: list[int], rng
         from sklearn.cluster import KMeans
 
         key = KMeans(n_clusters=len(sizes), n_init=4, random_state=int(rng.integers(2**31 - 1))).fit_predict(X)
-    if sum(sizes) > len(key):
-        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(key)} points")
+    check_capacity(sizes, len(key))
     # sites fewer than the split: a random subset first, so the blocks span the whole key range
     chosen = np.sort(rng.choice(len(key), sum(sizes), replace=False))
     order = chosen[np.argsort(blended_key(key[chosen], spec["strength"], rng), kind="stable")]
@@ -69,8 +68,7 @@ def dirichlet_partition(labels: np.ndarray, sizes: list[int], concentration: flo
     labels = np.asarray(labels).astype(int)
     classes = np.unique(labels)
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
-    if sum(sizes) > len(labels):
-        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(labels)} points")
+    check_capacity(sizes, len(labels))
     parts = []
     for size in sizes:
         weights = rng.dirichlet(np.full(len(classes), concentration))

@@ -55,8 +55,13 @@ def site_sizes(spec, m: int, n_calibration: int) -> list[int]:
 
 def partition(indices: np.ndarray, sizes: list[int], rng: np.random.Generator) -> list[np.ndarray]:
     """Split calibration indices across sites with the given sizes (see site_sizes)."""
+    check_capacity(sizes, len(indices))
     shuffled = rng.permutation(indices)
-    if sum(sizes) > len(indices):
-        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {len(indices)} points")
     bounds = np.cumsum([0, *sizes])
     return [shuffled[bounds[j]:bounds[j + 1]] for j in range(len(sizes))]
+
+
+def check_capacity(sizes: list[int], available: int) -> None:
+    """The sites cannot hold more calibration points than the split has."""
+    if sum(sizes) > available:
+        raise ValueError(f"sites.sizes add up to {sum(sizes)} but the calibration split has {available} points")

@@ -33,7 +33,7 @@ BACKENDS = ("processes", "inprocess")
 
 
 class ResumeError(ValueError):
-    pass
+    """A run directory that cannot be resumed (no scenario, or a different one)."""
 
 
 def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", progress=None,

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import zmq
 
+from runner.processes import SiteProcesses
 from runner.world import build_trial
 from scenarios.scenario import load_scenario
 from sites.storage import write_trial
-from transport.channel import SiteChannel
+from transport.channel import CoordinatorChannel, SiteChannel
 
 TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 
@@ -26,6 +27,16 @@ def trial_zero(workdir: Path):
     world = build_trial(scenario, 0)
     write_trial(workdir, 0, world.model, world.shards)
     return scenario, world
+
+
+def one_live_site(workdir: Path):
+    """Trial 0 of the tiny scenario on disk, a coordinator channel, and site-000 as a real,
+    started site process: (scenario, world, channel, processes)."""
+    scenario, world = trial_zero(workdir)
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    processes = SiteProcesses(["site-000"], channel.endpoint, workdir, workdir)
+    processes.start()
+    return scenario, world, channel, processes
 
 
 class FakeSite(threading.Thread):

@@ -15,8 +15,7 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.wire import PROTOCOL_VERSION, seal
-from runner.processes import SiteProcesses
-from tests.support import start_fakes, stop_fakes, trial_zero
+from tests.support import one_live_site, start_fakes, stop_fakes
 from transport.channel import CoordinatorChannel
 
 EXAMPLES = 10_000
@@ -98,10 +97,7 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
 
 
 def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
-    scenario, world = trial_zero(tmp_path)
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
-    procs.start()
+    scenario, world, channel, procs = one_live_site(tmp_path)
     stop = threading.Event()
     replies = []
     try:

@@ -16,7 +16,7 @@ from runner.study import run_study
 from scenarios.scenario import load_scenario
 from transport.channel import CoordinatorChannel
 
-from tests.support import TINY, start_fakes, stop_fakes, trial_zero
+from tests.support import TINY, one_live_site, start_fakes, stop_fakes
 
 
 def read_events(path):
@@ -122,10 +122,7 @@ def test_coordinator_logs_and_survives_bad_messages(tmp_path):
 
 
 def test_live_site_process_survives_bad_messages(tmp_path):
-    scenario, world = trial_zero(tmp_path)
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    procs = SiteProcesses(["site-000"], channel.endpoint, tmp_path, tmp_path)
-    procs.start()
+    scenario, world, channel, procs = one_live_site(tmp_path)
     try:
         coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=30, join=30, respond=5))
         assert coordinator.await_members(["site-000"]) == ["site-000"]
