@@ -90,6 +90,10 @@ def test_deadline_turns_a_mute_site_into_a_dropout_and_k_is_replanned(tmp_path):
         channel.close()
 
 
+def read_rejections(directory):
+    return [e for e in read_events(directory / "events.jsonl") if e["event"] == "rejected"]
+
+
 def test_coordinator_logs_and_survives_bad_messages(tmp_path):
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=2))
@@ -108,7 +112,10 @@ def test_coordinator_logs_and_survives_bad_messages(tmp_path):
         sizes, _ = coordinator.open_trial(0, 0, members)
         outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
         assert outcome.status == "ok" and outcome.details["answered"] == 3
-        rejected = [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "rejected"]
+        deadline = time.monotonic() + 10  # the rogue's sends are asynchronous: let all three arrive
+        while len(read_rejections(tmp_path)) < 3 and time.monotonic() < deadline:
+            coordinator._receive(time.monotonic() + 0.1)
+        rejected = read_rejections(tmp_path)
         reasons = [e["reason"] for e in rejected]
         assert any("checksum mismatch" in r for r in reasons)
         assert any("came from 'site-009'" in r for r in reasons)
