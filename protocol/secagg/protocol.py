@@ -1,0 +1,353 @@
+"""Secure aggregation as two sans-I/O state machines: `SecAggServer` (the coordinator's half)
+and `SecAggClient` (a site's half). Bonawitz et al. 2017, figure 4 (the semi-honest protocol),
+with SecAgg+'s neighbourhoods (Bell et al. 2020) when the graph is sparse.
+
+Phases (each one request -> response between the coordinator and every live site):
+  advertise  site u answers with two X25519 public keys (c_u for share encryption, s_u for masks).
+  share      the coordinator sends u its neighbours' keys and Shamir indices; u draws a self-mask
+             seed b_u, splits b_u and its mask key s_u^SK into shares for its neighbours and
+             itself (threshold t), and answers with one AES-GCM ciphertext per neighbour.
+  mask       the coordinator forwards to u the ciphertexts addressed to it (from neighbours that
+             answered `share`, the set U2); u answers with
+             y_u = x_u + PRG(b_u) + sum_{v in N(u) & U2} sign(u, v) PRG(s_uv)   (mod M).
+  unmask     the coordinator names the survivors U3 (sent y) and the dropped U2 \\ U3 of u's
+             neighbourhood; u answers with its share of b_v for each survivor and of s_d^SK for
+             each dropped site, never both for the same site.
+The server then rebuilds each survivor's b_v and each dropped site's s_d^SK from any t shares and
+removes the masks: sum_{u in U3} x_u (mod M), exactly. Fewer than t live holders for any needed
+secret, or fewer than t sites in a phase, ends the session with the reason.
+
+The coordinator sees public keys, ciphertexts it cannot open, and masked vectors; the pairwise
+masks cancel only in the sum and the self masks only come off for sites whose y it holds.
+Not implemented: the active-adversary extras of Bonawitz et al. (signatures on keys and the
+consistency round); the server is trusted to route faithfully, as in their semi-honest model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from protocol.secagg import primitives as crypto
+from protocol.secagg.graph import harary_neighbours
+from protocol.secagg.shamir import (SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes,
+                                    share_to_bytes, split_secret)
+
+PHASES = ("advertise", "share", "mask", "unmask")
+MAX_LENGTH = 1 << 24
+
+
+class SecAggRefusal(ValueError):
+    """A site refuses a secure-aggregation request (str(error) says why)."""
+
+
+@dataclass(frozen=True)
+class SecAggParams:
+    """Public parameters: ring Z_M with M = 2^modulus_bits, vector length, neighbourhood size k
+    (k >= m - 1: full graph) and the threshold t of the Shamir sharing."""
+
+    modulus_bits: int
+    length: int
+    degree: int
+    threshold: int
+
+    def __post_init__(self):
+        if not 1 <= self.modulus_bits <= 64:
+            raise ValueError(f"modulus_bits must lie in [1, 64], got {self.modulus_bits}")
+        if not 1 <= self.length <= MAX_LENGTH:
+            raise ValueError(f"vector length must lie in [1, {MAX_LENGTH}], got {self.length}")
+        if self.degree < 1 or self.threshold < 1:
+            raise ValueError("degree and threshold must be positive")
+        if self.threshold < majority(self.degree + 1):
+            raise ValueError(f"threshold {self.threshold} is below a strict majority of the "
+                             f"{self.degree + 1} holders of each secret ({majority(self.degree + 1)})")
+        if self.threshold > self.degree + 1:
+            raise ValueError(f"threshold {self.threshold} exceeds the {self.degree + 1} holders of each secret")
+
+    @property
+    def modulus(self) -> int:
+        return 1 << self.modulus_bits
+
+    def as_body(self) -> dict:
+        return {"modulus_bits": self.modulus_bits, "length": self.length, "degree": self.degree,
+                "threshold": self.threshold}
+
+
+def majority(holders: int) -> int:
+    return holders // 2 + 1
+
+
+@dataclass
+class Aggregate:
+    """What secure aggregation returns: the sum of the survivors' inputs, or why there is none."""
+
+    total: np.ndarray | None  # uint64 in [0, M), or None when aborted
+    included: list[str]  # U3: the sites whose inputs are in the sum
+    reason: str = ""
+    dropped: dict[str, str] = field(default_factory=dict)  # site -> phase where it was lost
+
+    @property
+    def ok(self) -> bool:
+        return self.total is not None
+
+
+def add_mod(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """(a + b) mod 2^bits on uint64 (wrap-around of uint64 is mod 2^64, which 2^bits divides)."""
+    out = a + b
+    return out & np.uint64((1 << bits) - 1) if bits < 64 else out
+
+
+def sub_mod(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    out = a - b
+    return out & np.uint64((1 << bits) - 1) if bits < 64 else out
+
+
+# --------------------------------------------------------------------------- server -----------
+
+class SecAggServer:
+    """The coordinator's half: `start()` gives the advertise requests; `advance(phase, answers,
+    dropped)` gives the next phase's requests (a dict) or the final `Aggregate`."""
+
+    def __init__(self, params: SecAggParams, sites: list[str], session: int, rng: np.random.Generator) -> None:
+        self.params, self.sites, self.session, self.rng = params, sorted(sites), session, rng
+        self.keys: dict[str, dict[str, bytes]] = {}
+        self.index: dict[str, int] = {}
+        self.neighbours: dict[str, frozenset[str]] = {}
+        self.ciphertexts: dict[str, dict[str, bytes]] = {}
+        self.masked: dict[str, np.ndarray] = {}
+        self.lost: dict[str, str] = {}
+
+    def start(self) -> dict[str, dict]:
+        return {s: {"params": self.params.as_body()} for s in self.sites}
+
+    def advance(self, phase: str, answers: Mapping[str, Any], dropped: Mapping[str, str]):
+        for site, reason in dropped.items():
+            self.lost[site] = f"{phase}: {reason}"
+        live = sorted(answers)
+        t = self.params.threshold
+        if len(live) < t:
+            return self._abort(f"only {len(live)} sites completed the {phase} phase; the threshold is {t}")
+        return getattr(self, f"_after_{phase}")(answers)
+
+    def _after_advertise(self, answers) -> dict[str, dict]:
+        self.keys = {s: answers[s] for s in sorted(answers)}
+        live = sorted(self.keys)
+        self.index = {s: i + 1 for i, s in enumerate(live)}
+        self.neighbours = harary_neighbours(live, min(self.params.degree, len(live) - 1), self.rng)
+        return {u: {"index": self.index[u], "threshold": self.params.threshold,
+                    "peers": {v: {"index": self.index[v], **self.keys[v]} for v in sorted(self.neighbours[u])}}
+                for u in live}
+
+    def _after_share(self, answers) -> dict[str, dict]:
+        for u, cts in answers.items():
+            if set(cts) != set(self.neighbours[u]):
+                self.lost[u] = "share: ciphertexts not addressed to exactly its neighbours"
+        self.ciphertexts = {u: cts for u, cts in answers.items() if u not in self.lost}
+        u2 = set(self.ciphertexts)
+        if len(u2) < self.params.threshold:
+            return self._abort(f"only {len(u2)} valid share sets; the threshold is {self.params.threshold}")
+        return {v: {"ciphertexts": {u: self.ciphertexts[u][v] for u in sorted(self.neighbours[v] & u2)}}
+                for v in sorted(u2)}
+
+    def _after_mask(self, answers) -> dict[str, dict]:
+        """answers: site -> (ring bits, vector) as the codec decoded them."""
+        for u, (bits, vector) in answers.items():
+            if bits != self.params.modulus_bits or vector.shape != (self.params.length,):
+                self.lost[u] = f"mask: a vector of {vector.size} elements on 2^{bits}, not the session's ring"
+            else:
+                self.masked[u] = vector
+        if len(self.masked) < self.params.threshold:
+            return self._abort(f"only {len(self.masked)} valid masked inputs; the threshold is {self.params.threshold}")
+        u3, u2 = set(self.masked), set(self.ciphertexts)
+        return {v: {"survivors": sorted((self.neighbours[v] | {v}) & u3),
+                    "dropped": sorted(self.neighbours[v] & (u2 - u3))} for v in sorted(u3)}
+
+    def _after_unmask(self, answers) -> Aggregate:
+        bits, length, t = self.params.modulus_bits, self.params.length, self.params.threshold
+        u2, u3 = set(self.ciphertexts), set(self.masked)
+        total = np.zeros(length, dtype=np.uint64)
+        for u in sorted(u3):
+            total = add_mod(total, self.masked[u], bits)
+        for u in sorted(u3):  # remove self masks
+            holders = {self.index[v]: answers[v]["b"][u] for v in (self.neighbours[u] | {u}) & set(answers)
+                       if u in answers[v]["b"]}
+            try:
+                seed = reconstruct_secret(holders, t)
+            except ShareError as exc:
+                return self._abort(f"cannot remove the self mask of {u}: {exc}")
+            total = sub_mod(total, crypto.mask_vector(_seed_bytes(seed), length, bits), bits)
+        for d in sorted(u2 - u3):  # remove the pairwise masks the survivors added against d
+            holders = {self.index[v]: answers[v]["s"][d] for v in self.neighbours[d] & set(answers)
+                       if d in answers[v]["s"]}
+            try:
+                secret = reconstruct_secret(holders, t)
+                key = crypto.private_from_bytes(_seed_bytes(secret))
+            except (ShareError, ValueError) as exc:
+                return self._abort(f"cannot rebuild the mask key of dropped site {d}: {exc}")
+            if crypto.public_bytes(key) != self.keys[d]["s"]:
+                return self._abort(f"the shares of dropped site {d}'s mask key rebuild a key that does "
+                                   f"not match the one it advertised")
+            for u in sorted(self.neighbours[d] & u3):
+                mask = crypto.mask_vector(crypto.agree(key, self.keys[u]["s"], b"mask", self.session), length, bits)
+                # y_u holds sign(u, d) * mask; take it out
+                total = sub_mod(total, mask, bits) if self.index[u] < self.index[d] else add_mod(total, mask, bits)
+        return Aggregate(total, sorted(u3), dropped=dict(self.lost))
+
+    def _abort(self, reason: str) -> Aggregate:
+        return Aggregate(None, sorted(self.masked), reason, dropped=dict(self.lost))
+
+
+def _seed_bytes(secret: int) -> bytes:
+    if secret >= 1 << (8 * crypto.KEY_BYTES):
+        raise ShareError("rebuilt secret is longer than 32 bytes")
+    return secret.to_bytes(crypto.KEY_BYTES, "big")
+
+
+# --------------------------------------------------------------------------- client -----------
+
+class SecAggClient:
+    """A site's half. `vector()` gives its input in Z_M (uint64, the agreed length); it is called
+    once, when the site masks, so a site that drops earlier never computes it."""
+
+    def __init__(self, site_id: str, session: int, vector: Callable[[SecAggParams], np.ndarray]) -> None:
+        self.site_id, self.session, self.vector = site_id, session, vector
+        self.params: SecAggParams | None = None
+        self.c_key = self.s_key = None
+        self.index = 0
+        self.peers: dict[str, dict] = {}
+        self.own_shares: tuple[int, int] | None = None  # (s share, b share) this site keeps
+        self.self_seed = b""
+        self.received: dict[str, bytes] = {}
+        self.done: set[str] = set()
+
+    def answer(self, phase: str, body: Mapping[str, Any]):
+        if phase not in PHASES:
+            raise SecAggRefusal(f"secure aggregation has no phase {phase!r}")
+        if phase in self.done:
+            raise SecAggRefusal(f"phase {phase!r} was already answered in this session")
+        expected = PHASES[len(self.done)]
+        if phase != expected:
+            raise SecAggRefusal(f"phase {phase!r} out of order: {expected!r} comes next")
+        result = getattr(self, f"_{phase}")(body)
+        self.done.add(phase)
+        return result
+
+    def _advertise(self, body):
+        try:
+            self.params = SecAggParams(**body["params"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise SecAggRefusal(f"bad secure-aggregation parameters: {exc}") from None
+        self.c_key, self.s_key = crypto.new_private_key(), crypto.new_private_key()
+        return {"c": crypto.public_bytes(self.c_key), "s": crypto.public_bytes(self.s_key)}
+
+    def _share(self, body):
+        params = self.params
+        index, threshold, peers = body.get("index"), body.get("threshold"), body.get("peers")
+        if threshold != params.threshold:
+            raise SecAggRefusal(f"threshold {threshold!r} differs from the advertised {params.threshold}")
+        if not isinstance(peers, dict) or not _is_int(index) or index < 1:
+            raise SecAggRefusal("share request needs an index and a map of peers")
+        if not params.threshold - 1 <= len(peers) <= params.degree:
+            raise SecAggRefusal(f"{len(peers)} peers: need between t - 1 = {params.threshold - 1} and "
+                                f"k = {params.degree} (fewer holders than t could never rebuild my secrets)")
+        indices = {index}
+        for v, info in peers.items():
+            if (not isinstance(info, dict) or set(info) != {"index", "c", "s"} or not _is_int(info["index"])
+                    or info["index"] < 1 or v == self.site_id):
+                raise SecAggRefusal(f"malformed peer entry for {v!r}")
+            indices.add(info["index"])
+        if len(indices) != len(peers) + 1:
+            raise SecAggRefusal("Shamir indices are not distinct")
+        self.index, self.peers = index, dict(peers)
+        self.self_seed = os.urandom(crypto.KEY_BYTES)
+        holders = [index] + [info["index"] for info in peers.values()]
+        s_shares = split_secret(int.from_bytes(crypto.private_bytes(self.s_key), "big"), params.threshold, holders)
+        b_shares = split_secret(int.from_bytes(self.self_seed, "big"), params.threshold, holders)
+        self.own_shares = (s_shares[index], b_shares[index])
+        out = {}
+        for v, info in sorted(peers.items()):
+            try:
+                key = crypto.agree(self.c_key, info["c"], b"share", self.session)
+            except ValueError as exc:
+                raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
+            plaintext = (struct.pack(">II", index, info["index"]) + share_to_bytes(s_shares[info["index"]])
+                         + share_to_bytes(b_shares[info["index"]]))
+            out[v] = crypto.encrypt(key, plaintext, _associated(self.session, self.site_id, v))
+        return out
+
+    def _mask(self, body):
+        params = self.params
+        cts = body.get("ciphertexts")
+        if not isinstance(cts, dict) or not set(cts) <= set(self.peers):
+            raise SecAggRefusal("ciphertexts from sites that are not my neighbours")
+        if len(cts) < params.threshold - 1:
+            raise SecAggRefusal(f"only {len(cts)} neighbours hold my shares; t - 1 = {params.threshold - 1} needed")
+        self.received = dict(cts)
+        x = np.asarray(self.vector(params), dtype=np.uint64)
+        if x.shape != (params.length,) or (params.modulus_bits < 64 and (x >> np.uint64(params.modulus_bits)).any()):
+            raise SecAggRefusal(f"my input is not a vector of {params.length} elements of Z_M")
+        bits = params.modulus_bits
+        y = add_mod(x, crypto.mask_vector(self.self_seed, params.length, bits), bits)
+        for v in sorted(cts):
+            try:
+                seed = crypto.agree(self.s_key, self.peers[v]["s"], b"mask", self.session)
+            except ValueError as exc:
+                raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
+            mask = crypto.mask_vector(seed, params.length, bits)
+            y = add_mod(y, mask, bits) if self.index < self.peers[v]["index"] else sub_mod(y, mask, bits)
+        return y
+
+    def _unmask(self, body):
+        survivors, dropped = body.get("survivors"), body.get("dropped")
+        if not isinstance(survivors, list) or not isinstance(dropped, list):
+            raise SecAggRefusal("unmask request needs lists of survivors and dropped sites")
+        if set(survivors) & set(dropped):
+            raise SecAggRefusal("a site is named both surviving and dropped: answering would reveal its input")
+        if self.site_id not in survivors:
+            raise SecAggRefusal("I sent my masked input but am not named among the survivors")
+        unknown = (set(survivors) | set(dropped)) - set(self.received) - {self.site_id}
+        if unknown:
+            raise SecAggRefusal(f"no share received from {sorted(unknown)}")
+        if len(survivors) < self.params.threshold:
+            raise SecAggRefusal(f"only {len(survivors)} survivors in my neighbourhood, threshold "
+                                f"{self.params.threshold}: refusing to unmask")
+        b_out, s_out = {self.site_id: share_to_bytes(self.own_shares[1])}, {}
+        for v in survivors + dropped:
+            if v == self.site_id:
+                continue
+            s_share, b_share = self._open(v)
+            if v in dropped:
+                s_out[v] = share_to_bytes(s_share)
+            else:
+                b_out[v] = share_to_bytes(b_share)
+        return {"b": b_out, "s": s_out}
+
+    def _open(self, sender: str) -> tuple[int, int]:
+        key = crypto.agree(self.c_key, self.peers[sender]["c"], b"share", self.session)
+        try:
+            plain = crypto.decrypt(key, self.received[sender], _associated(self.session, sender, self.site_id))
+        except crypto.DecryptionError as exc:
+            raise SecAggRefusal(f"the share ciphertext from {sender} does not open: {exc}") from None
+        if len(plain) != 8 + 2 * SHARE_BYTES:
+            raise SecAggRefusal(f"the share from {sender} has the wrong length")
+        if struct.unpack(">II", plain[:8]) != (self.peers[sender]["index"], self.index):
+            raise SecAggRefusal(f"the share from {sender} is addressed to another pair")
+        return share_from_bytes(plain[8:8 + SHARE_BYTES]), share_from_bytes(plain[8 + SHARE_BYTES:])
+
+
+def _associated(session: int, sender: str, receiver: str) -> bytes:
+    return f"secagg|{session}|{sender}|{receiver}".encode()
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def masked_bytes_width(modulus_bits: int) -> int:
+    """Bytes per element of a masked vector on the wire: 1, 2, 4 or 8."""
+    return 1 << max(0, math.ceil(math.log2(max(1, math.ceil(modulus_bits / 8)))))

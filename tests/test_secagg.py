@@ -1,0 +1,226 @@
+"""Secure aggregation: Shamir sharing, the crypto primitives, and the protocol bit-exact against
+the plaintext sum under dropouts in every phase (protocol.secagg)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import sympy
+from scipy import stats
+
+from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.methods.base import RequestError
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.methods.base import Send
+from protocol.secagg import primitives as crypto
+from protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
+from protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod
+from protocol.secagg.shamir import PRIME, ShareError, reconstruct_secret, split_secret
+
+BITS, LENGTH = 20, 32
+
+
+def test_field_is_prime():
+    assert sympy.isprime(PRIME) and PRIME > 2**256
+
+
+def test_any_t_shares_reconstruct_and_fewer_do_not():
+    rnd = random.Random(3)
+    secret = rnd.getrandbits(256)
+    shares = split_secret(secret, 4, range(1, 8), randbelow=rnd.randrange)
+    for subset in itertools.combinations(sorted(shares), 4):
+        assert reconstruct_secret({x: shares[x] for x in subset}, 4) == secret
+    assert reconstruct_secret(shares, 4) == secret  # all 7: the extra three are checked
+    with pytest.raises(ShareError):
+        reconstruct_secret({x: shares[x] for x in (1, 2, 3)}, 4)
+    # three shares are consistent with every secret: t - 1 shares reveal nothing
+    some = {x: shares[x] for x in (1, 2, 3)}
+    assert reconstruct_secret({**some, 9: 12345}, 4) != secret
+
+
+def test_a_corrupted_share_is_detected():
+    rnd = random.Random(4)
+    shares = split_secret(99, 3, range(1, 6), randbelow=rnd.randrange)
+    shares[5] = (shares[5] + 1) % PRIME
+    with pytest.raises(ShareError, match="holder 5"):
+        reconstruct_secret(shares, 3)
+
+
+def test_primitives_agree_encrypt_and_mask():
+    a, b = crypto.new_private_key(), crypto.new_private_key()
+    k_ab = crypto.agree(a, crypto.public_bytes(b), b"share", 7)
+    assert k_ab == crypto.agree(b, crypto.public_bytes(a), b"share", 7)
+    assert k_ab != crypto.agree(a, crypto.public_bytes(b), b"mask", 7)
+    assert k_ab != crypto.agree(a, crypto.public_bytes(b), b"share", 8)
+    ct = crypto.encrypt(k_ab, b"hello", b"u->v")
+    assert crypto.decrypt(k_ab, ct, b"u->v") == b"hello"
+    with pytest.raises(crypto.DecryptionError):
+        crypto.decrypt(k_ab, ct, b"v->u")
+    with pytest.raises(crypto.DecryptionError):
+        crypto.decrypt(k_ab, ct[:-1] + bytes([ct[-1] ^ 1]), b"u->v")
+    mask = crypto.mask_vector(k_ab, 10_000, 8)
+    assert np.array_equal(mask, crypto.mask_vector(k_ab, 10_000, 8)) and mask.max() < 256
+    counts = np.bincount(mask.astype(int), minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-6
+
+
+def test_harary_graph_is_regular_and_symmetric():
+    sites = [f"s{i}" for i in range(50)]
+    graph = harary_neighbours(sites, 12, np.random.default_rng(0))
+    assert all(len(n) == 12 for n in graph.values())
+    assert all(u in graph[v] for u in sites for v in graph[u])
+    full = harary_neighbours(sites[:6], 10, np.random.default_rng(0))
+    assert all(len(n) == 5 for n in full.values())
+
+
+# -- the protocol, through the codec, with dropouts -----------------------------------------------
+
+def secure_sum(inputs: dict[str, np.ndarray], drops: dict[str, set[str]], degree: int | None = None,
+               seed: int = 0):
+    """Run the four phases in-process through the codec's encode/decode; `drops[phase]` are the
+    sites that do not answer that phase (they stay silent from then on)."""
+    sites = sorted(inputs)
+    m = len(sites)
+    k = m - 1 if degree is None else degree
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k))
+    codec = SecAggDDG(LENGTH)
+    received = []
+
+    def finish(aggregate):
+        return aggregate
+
+    coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, finish)
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
+    gone: set[str] = set()
+    step = coordinator.start()
+    while isinstance(step, Send):
+        gone |= drops.get(step.phase, set())
+        answers, dropped = {}, {}
+        for site, body in step.requests.items():
+            if site in gone:
+                dropped[site] = "no answer"
+                continue
+            wire = codec.encode(halves[site].answer(step.phase, body))
+            received.append(wire)
+            answers[site] = codec.decode(wire)
+        step = coordinator.advance(step.phase, answers, dropped)
+    return step, params, received
+
+
+def plaintext_sum(inputs, sites):
+    total = np.zeros(LENGTH, dtype=np.uint64)
+    for s in sites:
+        total = add_mod(total, inputs[s], BITS)
+    return total
+
+
+def make_inputs(m, seed=0):
+    rng = np.random.default_rng(seed)
+    return {f"site-{i:03d}": rng.integers(0, 1 << BITS, LENGTH, dtype=np.uint64) for i in range(m)}
+
+
+@pytest.mark.parametrize("graph", ["full", "sparse"])
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("count", ["none", "one", "several", "too many"])
+def test_sum_is_bit_exact_under_dropouts(graph, phase, count):
+    m = 16
+    inputs = make_inputs(m, seed=hash((graph, phase, count)) % 1000)
+    degree = None if graph == "full" else default_degree(m) // 2 * 2 - 2  # 6: a real sparse graph
+    k = m - 1 if degree is None else degree
+    t = default_threshold(k)
+    # "too many": fewer than t left in the phase (for the sparse graph, a whole neighbourhood)
+    n = {"none": 0, "one": 1, "several": 3, "too many": m - t + 1}[count]
+    rnd = random.Random(7)
+    dropped = set(rnd.sample(sorted(inputs), n))
+    result, params, _ = secure_sum(inputs, {phase: dropped}, degree)
+    if count == "too many":
+        assert not result.ok and ("threshold" in result.reason or "needed" in result.reason)
+        return
+    assert result.ok, result.reason
+    survivors = sorted(inputs) if phase == "unmask" else sorted(set(inputs) - dropped)
+    assert result.included == survivors  # a site lost in unmask had already sent its input
+    assert np.array_equal(result.total, plaintext_sum(inputs, survivors))
+
+
+def test_random_dropout_patterns_give_the_exact_sum_or_an_explained_abort():
+    rnd = random.Random(11)
+    m = 24
+    inputs = make_inputs(m, seed=5)
+    outcomes = {"ok": 0, "aborted": 0}
+    for trial in range(40):
+        drops = {p: set(rnd.sample(sorted(inputs), rnd.choice([0, 0, 1, 2, 4]))) for p in PHASES}
+        result, params, _ = secure_sum(inputs, drops, default_degree(m), seed=trial)
+        if result.ok:
+            lost = set().union(*(drops[p] for p in PHASES[:3]))
+            survivors = sorted(set(inputs) - lost)
+            assert np.array_equal(result.total, plaintext_sum(inputs, survivors))
+            outcomes["ok"] += 1
+        else:
+            assert result.reason
+            outcomes["aborted"] += 1
+    assert outcomes["ok"] >= 30
+
+
+def test_large_sparse_federation():
+    m = 150
+    inputs = make_inputs(m, seed=9)
+    drops = {"mask": {f"site-{i:03d}" for i in range(0, m, 17)}}
+    result, params, _ = secure_sum(inputs, drops, default_degree(m))
+    assert params.degree == 16 and result.ok
+    assert np.array_equal(result.total, plaintext_sum(inputs, result.included))
+
+
+def test_the_coordinator_sees_only_uniform_masked_vectors():
+    """All-zero inputs: everything the coordinator receives in the mask phase is uniform on Z_M,
+    and no phase carries the input."""
+    m = 8
+    inputs = {f"site-{i}": np.zeros(LENGTH * 64, dtype=np.uint64) for i in range(m)}
+    global LENGTH
+    saved, LENGTH = LENGTH, LENGTH * 64
+    try:
+        result, params, received = secure_sum(inputs, {})
+    finally:
+        LENGTH = saved
+    assert result.ok and not result.total.any()
+    masked = [SecAggDDG(saved * 64).decode(w)[1][1] for w in received if "masked" in w]
+    assert len(masked) == m
+    for vector in masked:
+        counts = np.bincount((vector >> np.uint64(BITS - 6)).astype(int), minlength=64)
+        assert stats.chisquare(counts).pvalue > 1e-6
+
+
+def test_a_site_refuses_ciphertexts_from_strangers():
+    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
+    client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 2, "threshold": 2}})
+    peers = {name: {"index": i, "c": crypto.public_bytes(crypto.new_private_key()),
+                    "s": crypto.public_bytes(crypto.new_private_key())} for i, name in enumerate("bc", start=2)}
+    client.answer("share", {"index": 1, "threshold": 2, "peers": peers})
+    with pytest.raises(SecAggRefusal, match="not my neighbours"):
+        client.answer("mask", {"ciphertexts": {"zz": b"x" * 40}})
+
+
+def test_site_refusals():
+    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
+    with pytest.raises(SecAggRefusal, match="out of order"):
+        client.answer("mask", {})
+    with pytest.raises(SecAggRefusal, match="majority"):
+        client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 6, "threshold": 2}})
+    inputs = make_inputs(5)
+    sites = sorted(inputs)
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
+    params = SecAggParams(BITS, LENGTH, 4, 3)
+    coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(0), {}, lambda a: a)
+    step = coordinator.start()
+    for phase in PHASES[:3]:
+        answers = {s: halves[s].answer(phase, body) for s, body in step.requests.items()}
+        step = coordinator.advance(phase, answers, {})
+    # a coordinator asking for a survivor's key share (to strip its pairwise masks) is refused
+    body = dict(step.requests[sites[0]])
+    body["dropped"] = [sites[1]]
+    with pytest.raises(RequestError, match="both surviving and dropped"):
+        halves[sites[0]].answer("unmask", body)
+    with pytest.raises(RequestError, match="already answered|out of order"):
+        halves[sites[2]].answer("share", step.requests[sites[2]])
