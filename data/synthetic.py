@@ -35,4 +35,15 @@ def paper004_gamma(n: int, rng: np.random.Generator, shape: float = 4.0) -> tupl
     return np.zeros((n, 1)), rng.gamma(shape, 1.0, n)
 
 
-GENERATORS = {"romano2019": romano2019, "paper004_shift": paper004_shift, "paper004_gamma": paper004_gamma}
+def paper001_uniform(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 001 section 4: one scalar per client, Unif([0, B]) with B = 10 (constant feature)."""
+    return np.zeros((n, 1)), rng.uniform(0.0, 10.0, n)
+
+
+def paper001_chi2(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Paper 001 section 4: one scalar per client, chi^2(4) clipped to [0, B] with B = 10."""
+    return np.zeros((n, 1)), np.clip(rng.chisquare(4.0, n), 0.0, 10.0)
+
+
+GENERATORS = {"romano2019": romano2019, "paper004_shift": paper004_shift, "paper004_gamma": paper004_gamma,
+              "paper001_uniform": paper001_uniform, "paper001_chi2": paper001_chi2}

@@ -5,8 +5,9 @@ from models.classifier import Classifier
 from models.cqr_forest import CQRForest
 from models.cqr_net import CQRNet
 from models.ridge import Ridge
+from models.value import Value
 
 MODELS: dict[str, type[Model]] = {Ridge.kind: Ridge, CQRForest.kind: CQRForest, CQRNet.kind: CQRNet,
-                                  Classifier.kind: Classifier}
+                                  Classifier.kind: Classifier, Value.kind: Value}
 
 __all__ = ["MODELS", "Model"]

@@ -10,7 +10,6 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protocol.codecs import CODECS
 from protocol.methods.base import Method, Outcome, RequestError, Send
 
 #: ask(site, phase, request body) -> the site's encoded response body (or RequestError)
@@ -35,11 +34,11 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
 
 
 def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
-                rng_for: Callable[[str], np.random.Generator]) -> Outcome:
+                rng_for: Callable[[str], np.random.Generator], session: int = 1) -> Outcome:
     """One session over sites given directly by their scores (for tests and benchmarks);
     rng_for("coordinator") seeds the coordinator half."""
-    codec = CODECS[method.codec]()
-    halves = {site: type(method).site(np.asarray(scores, dtype=float), rng_for(site))
+    codec = method.make_codec()
+    halves = {site: type(method).site_for(np.asarray(scores, dtype=float), rng_for(site), site, session)
               for site, scores in site_scores.items()}
     sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
     return drive(method, sizes, lambda site, phase, body: codec.encode(halves[site].answer(phase, body)),

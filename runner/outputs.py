@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
-                  "ell", "k", "sites", "answered", "epsilon", "privacy", "clipped", "seconds", "reason"]
+                  "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "quantile_error",
+                  "clipped", "seconds", "reason"]
 
 
 class RunDirectory:

@@ -114,7 +114,7 @@ def sweep_plots(rows: list[dict], keys: list[str], out: Path) -> list[Path]:
         axis.set_title(f"communication cost against {key}")
         axis.legend(fontsize=8)
         fig.tight_layout()
-        path = out / f"cost_vs_{key.replace('.', '_')}.png"
+        path = out / f"cost_vs_{key.replace('.', '_').replace('*', 'all')}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

@@ -32,8 +32,24 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
             "size_mean": _stat(np.mean, size),
             "size_median": _stat(np.median, size),
             "guarantee_mean": float(np.mean(guarantee)) if guarantee else None,
+            "quantile_error_mean": _mean_of(items, "quantile_error"),
+            "epsilon_obtained_max": _max_of(items, "epsilon_obtained"),
         }
     return out
+
+
+def _numbers(items, key) -> list[float]:
+    return [float(r[key]) for r in items if r.get(key) not in (None, "", "nan")]
+
+
+def _mean_of(items, key):
+    values = _numbers(items, key)
+    return float(np.mean(values)) if values else None
+
+
+def _max_of(items, key):
+    values = _numbers(items, key)
+    return float(np.max(values)) if values else None
 
 
 def _stat(fn, values):

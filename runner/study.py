@@ -167,8 +167,24 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "coverage": coverage, "size": size, "threshold": outcome.threshold,
         "guarantee": details.get("guarantee"), "ell": details.get("ell"), "k": details.get("k"),
         "sites": sites, "answered": details.get("answered"), "epsilon": privacy["epsilon"],
-        "privacy": privacy["model"], "clipped": clipped, "seconds": round(seconds, 6), "reason": reason,
+        "privacy": privacy["model"], "epsilon_obtained": details.get("epsilon_obtained"),
+        "quantile_error": _worst_quantile_error(details, method, world), "clipped": clipped,
+        "seconds": round(seconds, 6), "reason": reason,
     }
+
+
+def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | None:
+    """Paper 001 eq. (3), worst over the reported levels: |F(j*_p) - p| with F the true CDF of the
+    included sites' scores on the method's bins (the simulation knows it; the coordinator does not)."""
+    indices = details.get("quantile_indices")
+    if not indices:
+        return None
+    from protocol.ddg import flat_histogram
+
+    included = details.get("included") or list(world.site_scores)
+    values = np.concatenate([world.site_scores[s] for s in included])
+    cdf = np.cumsum(flat_histogram(values, method.bins.edges)) / values.size
+    return float(max(abs(cdf[j - 1] - float(p)) for p, j in indices.items()))
 
 
 def _evaluate(outcome: Outcome, world: TrialWorld) -> tuple[float, float]:

@@ -28,7 +28,8 @@ from scenarios.scenario import load_scenario
 from scenarios.schema import ScenarioError
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
-                 "size_mean", "size_median", "guarantee_mean", "bytes_up_per_site", "bytes_down_per_site",
+                 "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",
+                 "bytes_up_per_site", "bytes_down_per_site",
                  "bytes_per_trial", "messages_per_trial", "rounds_per_trial", "info_bits_per_trial",
                  "overhead_up", "run"]
 
@@ -88,6 +89,8 @@ def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrid
                 "trials": stats["trials"], "ok": stats["ok"], "coverage_mean": stats["coverage_mean"],
                 "coverage_std": stats["coverage_std"], "size_mean": stats["size_mean"],
                 "size_median": stats["size_median"], "guarantee_mean": stats["guarantee_mean"],
+                "quantile_error_mean": stats.get("quantile_error_mean"),
+                "epsilon_obtained_max": stats.get("epsilon_obtained_max"),
                 "bytes_up_per_site": cost.get("bytes_up_per_site_mean"),
                 "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
                 "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),

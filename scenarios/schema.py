@@ -208,19 +208,30 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply `dotted.key=value` overrides (values parsed as YAML; list items by index)."""
+    """Apply `dotted.key=value` overrides (values parsed as YAML; list items by index, or `*`
+    for every item, e.g. methods.*.epsilon=2)."""
     data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
             raise ScenarioError(item, "an override of the form dotted.key=value")
         key, raw = item.split("=", 1)
         value = yaml.safe_load(raw) if raw.strip() else ""
-        parts = key.strip().split(".")
-        node = data
-        for i, part in enumerate(parts[:-1]):
-            node = _child(node, part, ".".join(parts[: i + 1]))
-        _assign(node, parts[-1], value, key)
+        _override(data, key.strip().split("."), 0, value, key.strip())
     return data
+
+
+def _override(node, parts: list[str], depth: int, value, key: str) -> None:
+    if depth == len(parts) - 1:
+        _assign(node, parts[-1], value, key)
+        return
+    part = parts[depth]
+    if part == "*":
+        if not isinstance(node, list):
+            raise ScenarioError(".".join(parts[: depth + 1]), "a list for '*' to range over", node)
+        for child in node:
+            _override(child, parts, depth + 1, value, key)
+        return
+    _override(_child(node, part, ".".join(parts[: depth + 1])), parts, depth + 1, value, key)
 
 
 def _child(node, part, path):

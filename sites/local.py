@@ -62,7 +62,7 @@ class SiteLocal:
         half = self._halves.get(session)
         if half is None:
             rng = site_rng(self.seed, self.trial, session, self.site_id)
-            half = self._halves[session] = method.site(self.scores, rng)
+            half = self._halves[session] = method.site_for(self.scores, rng, self.site_id, session)
         return CODECS[method.codec]().encode(half.answer(phase, body))
 
     def close_session(self, session: int) -> None:

@@ -2,6 +2,7 @@
 
 from protocol.methods.base import Method, Outcome, RequestError, Send
 from protocol.methods.centralized import Centralized
+from protocol.methods.ddg_quantile import DDGQuantile
 from protocol.methods.fedcp_avg import FedCPAvg
 from protocol.methods.fedcp2_qq import FedCP2QQ
 from protocol.methods.fedcp_qq import FedCPQQ
@@ -14,6 +15,7 @@ METHODS: dict[str, type[Method]] = {
     FedCP2QQ.name: FedCP2QQ,
     PrivateCP.name: PrivateCP,
     PrivateCPLocal.name: PrivateCPLocal,
+    DDGQuantile.name: DDGQuantile,
 }
 
 __all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]

@@ -123,6 +123,12 @@ class Method(ABC):
     def site(cls, scores: np.ndarray, rng: np.random.Generator) -> SiteHalf:
         """The site half for one session; built from the request alone, not from coordinator state."""
 
+    @classmethod
+    def site_for(cls, scores: np.ndarray, rng: np.random.Generator, site_id: str, session: int) -> SiteHalf:
+        """The site half as the drivers build it: methods whose site half must know who and
+        where it is (secure aggregation binds its keys to both) override this; others ignore it."""
+        return cls.site(scores, rng)
+
 
 @dataclass(frozen=True)
 class Planned:

@@ -1,0 +1,207 @@
+"""DP federated quantile by distributed discrete Gaussian noise and secure aggregation (paper 001,
+algorithm 1 options 1 and 2, algorithm 2), used as a calibration threshold.
+
+Sites histogram their scores over public bins (flat, or hierarchical for algorithm 2), scale by
+c, add N_Z(0, sigma^2) per entry and mask the result on Z_M; the coordinator learns only the
+noisy sum, estimates the CDF and returns the bin edge l_j* of eq. (1) at the requested level
+(by default the split-conformal level ceil((1 - alpha)(N + 1)) / N of the pooled count N; the
+noise makes this an approximate, not a finite-sample, guarantee: theorem 1 bounds the quantile
+error with high probability). c and sigma^2 come from the requested (epsilon, delta) by
+theorems 1 / 2 with the noise of `m - dropouts` sites; the report gives the epsilon actually
+obtained with the sites whose inputs entered the sum. A ring too small for the theorems'
+no-wrap-around condition is refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from protocol.ddg import (bin_edges, centred, discrete_gaussian, estimated_cdf, flat_histogram,
+                          hierarchical_cumulative, hierarchical_histogram, histogram_epsilon, quantile_index,
+                          ring_bits_required, scaling_for_epsilon, to_ring)
+from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError
+from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
+from protocol.dp import Bins
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.secagg.graph import default_degree, default_threshold
+from protocol.secagg.protocol import Aggregate, SecAggParams
+
+SECAGG_SPEC = {"type": "map", "fields": {
+    "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},
+    "degree": {"type": "int", "min": 0, "default": 0},
+    "threshold": {"type": "int", "min": 0, "default": 0},
+}}
+DEFAULT_LEVELS = [round(0.1 * i, 1) for i in range(1, 10)]
+MAX_BINS = 1 << 20
+
+
+class DDGQuantile(Method):
+    name = "ddg_quantile"
+    codec = "secagg_ddg"
+    phases = ("advertise", "share", "mask", "unmask")
+    PARAMS = {
+        "epsilon": {"type": "float", "gt": 0},
+        "delta": {"type": "float", "gt": 0, "lt": 1, "default": 1e-5},
+        "sigma2": {"type": "float", "ge": 0.25, "default": 2.0},
+        "bins": {**BINS_SPEC, "fields": {**BINS_SPEC["fields"], "count": {"type": "int", "min": 2, "default": 64}}},
+        "histogram": {"type": "str", "choices": ["flat", "hierarchical"], "default": "flat"},
+        "count": {"type": "str", "choices": ["estimated", "exact"], "default": "estimated"},
+        "level": {"type": "float_or", "choices": ["conformal"], "default": "conformal"},
+        "modulus_bits": {"type": "int", "min": 0, "max": 62, "default": 0},
+        "failure": {"type": "float", "gt": 0, "lt": 1, "default": 1e-6},
+        "dropouts": {"type": "int", "min": 0, "default": 0},
+        "secagg": SECAGG_SPEC,
+        "report_levels": {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": DEFAULT_LEVELS},
+    }
+
+    def __init__(self, alpha, epsilon, bins, delta=1e-5, sigma2=2.0, histogram="flat", count="estimated",
+                 level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, secagg=None, report_levels=None):
+        secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
+        report_levels = list(DEFAULT_LEVELS if report_levels is None else report_levels)
+        super().__init__(alpha, epsilon=epsilon, bins=bins, delta=delta, sigma2=sigma2, histogram=histogram,
+                         count=count, level=level, modulus_bits=modulus_bits, failure=failure,
+                         dropouts=dropouts, secagg=secagg, report_levels=report_levels)
+        self.epsilon, self.delta, self.sigma2 = float(epsilon), float(delta), float(sigma2)
+        self.hierarchical = histogram == "hierarchical"
+        self.count, self.level, self.modulus_bits, self.failure = count, level, modulus_bits, failure
+        self.dropouts, self.secagg, self.report_levels = dropouts, secagg, report_levels
+        self.bins_spec = bins
+        self.bins = bins if isinstance(bins, Bins) else _maybe_bins(bins)
+        b = bins.count if isinstance(bins, Bins) else bins["count"]
+        if self.hierarchical and (b < 2 or b & (b - 1)):
+            raise ValueError(f"ddg_quantile: a hierarchical histogram needs bins.count a power of two, got {b}")
+
+    def for_trial(self, public):
+        if isinstance(self.bins, Bins):
+            return self
+        return DDGQuantile(self.alpha, **{**self.params, "bins": resolve_bins(self.bins_spec, public)})
+
+    @property
+    def privacy(self):
+        return {"epsilon": self.epsilon, "model": "central (DDG + secure aggregation)"}
+
+    @property
+    def score_range(self):
+        return (self.bins.lo, self.bins.hi) if isinstance(self.bins, Bins) else None
+
+    def make_codec(self):
+        from protocol.codecs import CODECS
+
+        return CODECS[self.codec](self.length())
+
+    def length(self) -> int:
+        return 2 * self.bins.count - 2 if self.hierarchical else self.bins.count
+
+    def plan(self, sizes: dict[str, int]) -> tuple[SecAggParams, dict] | str:
+        """The public parameters of a session, or why none can run."""
+        m, b = len(sizes), self.bins.count
+        if m < 2:
+            return f"secure aggregation needs at least 2 sites, {m} joined"
+        noise_sites = max(1, m - self.dropouts)
+        try:
+            c, sigma2 = scaling_for_epsilon(self.epsilon, self.delta, noise_sites, self.sigma2, b, self.hierarchical)
+        except ValueError as exc:
+            return str(exc)
+        need = ring_bits_required(c, sum(sizes.values()), m, sigma2, b, self.hierarchical, self.failure)
+        bits = self.modulus_bits or max(need, 16)
+        if bits < need:
+            return (f"ring too small: M = 2^{bits} but c={c}, sigma^2={sigma2:.3g}, {sum(sizes.values())} values "
+                    f"and {m} sites need M >= 2^{need} to avoid wrap-around with probability "
+                    f"1 - {self.failure:g} (paper 001 theorem {2 if self.hierarchical else 1}); "
+                    f"raise modulus_bits or lower epsilon")
+        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
+        threshold = self.secagg["threshold"] or default_threshold(degree)
+        try:
+            params = SecAggParams(bits, self.length(), degree, threshold)
+        except ValueError as exc:
+            return f"secure aggregation parameters: {exc}"
+        public = {"c": c, "sigma2": sigma2, "bins": self.bins.as_body(),
+                  "histogram": "hierarchical" if self.hierarchical else "flat"}
+        return params, public
+
+    def coordinator(self, sizes, rng) -> CoordinatorHalf:
+        sizes = dict(sizes)
+        planned = self.plan(sizes)
+        if isinstance(planned, str):
+            return _Refused(Outcome.aborted(planned))
+        params, public = planned
+        return SecureSumCoordinator(params, sorted(sizes), rng, public,
+                                    lambda aggregate: self.finish(aggregate, sizes, params, public))
+
+    def finish(self, aggregate: Aggregate, sizes, params: SecAggParams, public: dict) -> Outcome:
+        common = {"dropped": sorted(aggregate.dropped), "c": public["c"], "sigma2": public["sigma2"],
+                  "modulus_bits": params.modulus_bits, "degree": params.degree, "threshold_t": params.threshold}
+        if not aggregate.ok:
+            return Outcome.aborted(f"secure aggregation: {aggregate.reason}", answered=len(aggregate.included), **common)
+        included = aggregate.included
+        n = sum(sizes[s] for s in included)
+        noisy = centred(aggregate.total, params.modulus_bits) / public["c"]
+        b = self.bins.count
+        if self.hierarchical:
+            cdf = hierarchical_cumulative(noisy, b) / n
+        else:
+            cdf = estimated_cdf(noisy, self.count, n)
+        level = (min(1.0, math.ceil((1 - self.alpha) * (n + 1)) / n) if self.level == "conformal" else float(self.level))
+        j = quantile_index(cdf, level)
+        obtained = histogram_epsilon(public["c"], len(included), public["sigma2"], b, self.hierarchical, self.delta)
+        return Outcome.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
+                          bin=j, epsilon_obtained=obtained, delta=self.delta,
+                          privacy_shortfall=obtained > self.epsilon * (1 + 1e-9),
+                          quantile_indices={str(p): quantile_index(cdf, p) for p in self.report_levels},
+                          **common)
+
+    @classmethod
+    def site(cls, scores, rng):
+        raise RequestError("ddg_quantile's site half needs its site id (built by site_for)")
+
+    @classmethod
+    def site_for(cls, scores, rng, site_id, session):
+        return SecureSumSite(site_id, lambda public, params: noisy_histogram(scores, public, params), check_public)
+
+
+class _Refused(CoordinatorHalf):
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def start(self):
+        return self.outcome
+
+    def advance(self, phase, answers, dropped):
+        return self.outcome
+
+
+def check_public(public) -> None:
+    """A site's own check of the parameters it is asked to use, before it makes any key."""
+    if set(public) != {"c", "sigma2", "bins", "histogram"}:
+        raise RequestError(f"expected c, sigma2, bins and histogram; got {sorted(public)}")
+    c, sigma2, bins = public["c"], public["sigma2"], public["bins"]
+    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        raise RequestError(f"c must be a positive integer, got {c!r}")
+    if not isinstance(sigma2, (int, float)) or not 0.25 <= sigma2 < math.inf:
+        raise RequestError(f"sigma^2 must be at least 1/4 (lemma 9), got {sigma2!r}")
+    if public["histogram"] not in ("flat", "hierarchical"):
+        raise RequestError(f"unknown histogram {public['histogram']!r}")
+    if not isinstance(bins, dict) or set(bins) != {"lo", "hi", "count"}:
+        raise RequestError(f"bins must be {{lo, hi, count}}, got {bins!r}")
+    count = bins["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= MAX_BINS:
+        raise RequestError(f"bin count must be an integer in [2, {MAX_BINS}]")
+    if public["histogram"] == "hierarchical" and count & (count - 1):
+        raise RequestError("a hierarchical histogram needs a power-of-two bin count")
+    try:
+        Bins(float(bins["lo"]), float(bins["hi"]), count)
+    except (TypeError, ValueError) as exc:
+        raise RequestError(str(exc)) from None
+
+
+def noisy_histogram(scores, public, params: SecAggParams) -> np.ndarray:
+    """Algorithm 1 / 2, lines 1-2, at one site: (c x + xi) mod M, xi ~ N_Z(0, sigma^2) per entry."""
+    bins = public["bins"]
+    edges = bin_edges(float(bins["lo"]), float(bins["hi"]), bins["count"])
+    counts = hierarchical_histogram(scores, edges) if public["histogram"] == "hierarchical" else flat_histogram(scores, edges)
+    if counts.size != params.length:
+        raise RequestError(f"my histogram has {counts.size} entries, the session expects {params.length}")
+    noise = discrete_gaussian(float(public["sigma2"]), counts.size)
+    return to_ring(public["c"] * counts + noise, params.modulus_bits)

@@ -1,0 +1,74 @@
+"""Halves shared by methods whose sites' inputs are summed by secure aggregation.
+
+`SecureSumCoordinator` runs the four phases of protocol.secagg and hands the sum of the
+surviving sites' vectors to the method's `finish(aggregate)`; `SecureSumSite` answers the
+phases, computing its input vector only when it masks. The secagg parameters, a fresh session
+nonce (bound into every derived key and ciphertext) and the method's own public parameters
+travel in the advertise request, so a site half is built from the request alone; the site checks
+the method parameters (`check`) before it makes any key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer
+
+
+class SecureSumCoordinator(CoordinatorHalf):
+    def __init__(self, params: SecAggParams, sites: list[str], rng: np.random.Generator,
+                 public: dict, finish: Callable[[Aggregate], Outcome]) -> None:
+        self.nonce = int(rng.integers(0, 2**62))
+        self.server = SecAggServer(params, sites, self.nonce, rng)
+        self.public, self.finish = public, finish
+
+    def start(self):
+        requests = self.server.start()
+        return Send("advertise", {s: {**body, "nonce": self.nonce, "method": self.public}
+                                  for s, body in requests.items()})
+
+    def advance(self, phase, answers, dropped):
+        expected = {"advertise": "keys", "share": "shares", "mask": "masked", "unmask": "unmask"}[phase]
+        good, lost = {}, dict(dropped)
+        for site, (kind, value) in answers.items():
+            if kind == expected:
+                good[site] = value
+            else:
+                lost[site] = f"sent {kind!r} in phase {phase!r}"
+        step = self.server.advance(phase, good, lost)
+        if isinstance(step, Aggregate):
+            return self.finish(step)
+        return Send(PHASES[PHASES.index(phase) + 1], step)
+
+
+class SecureSumSite(SiteHalf):
+    """make_vector(public method parameters, secagg params) -> this site's input on Z_M."""
+
+    def __init__(self, site_id: str, make_vector: Callable[[Mapping[str, Any], SecAggParams], np.ndarray],
+                 check: Callable[[Mapping[str, Any]], None] = lambda public: None) -> None:
+        self.site_id, self.make_vector, self.check = site_id, make_vector, check
+        self.public: Mapping[str, Any] = {}
+        self.client: SecAggClient | None = None
+
+    def answer(self, phase, body):
+        if phase == "advertise":
+            if (not isinstance(body, dict) or set(body) != {"params", "nonce", "method"}
+                    or not isinstance(body["method"], dict) or not isinstance(body["nonce"], int)):
+                raise RequestError("advertise needs {params, nonce, method}")
+            self.check(body["method"])
+            self.public = body["method"]
+            self.client = SecAggClient(self.site_id, body["nonce"],
+                                       lambda params: self.make_vector(self.public, params))
+            body = {"params": body["params"]}
+        elif self.client is None:
+            raise RequestError(f"phase {phase!r} before advertise")
+        try:
+            value = self.client.answer(phase, body)
+        except SecAggRefusal as exc:
+            raise RequestError(str(exc)) from None
+        if phase == "mask":
+            return "masked", (self.client.params.modulus_bits, value)
+        return {"advertise": "keys", "share": "shares", "unmask": "unmask"}[phase], value
