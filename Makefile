@@ -25,6 +25,7 @@ bench: $(VENV)/.installed
 	$(PY) bench/plan_time.py
 	$(PY) bench/comm_cost.py
 	$(PY) bench/scoring_throughput.py
+	$(PY) bench/secagg_sum.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
