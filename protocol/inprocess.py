@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from protocol.codecs import CODECS
 from protocol.methods.base import Method, Outcome, RequestError, Send
 
 #: ask(site, phase, request body) -> the site's encoded response body (or RequestError)
@@ -37,7 +38,7 @@ def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
                 rng_for: Callable[[str], np.random.Generator], session: int = 1) -> Outcome:
     """One session over sites given directly by their scores (for tests and benchmarks);
     rng_for("coordinator") seeds the coordinator half."""
-    codec = method.make_codec()
+    codec = CODECS[method.codec]()  # the site side's encoder (make_codec is the coordinator's decoder)
     halves = {site: type(method).site_for(np.asarray(scores, dtype=float), rng_for(site), site, session)
               for site, scores in site_scores.items()}
     sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
