@@ -92,5 +92,5 @@ class InProcessFederation:
         return drive(method, sizes, ask, site_rng(self.seed, trial, session, COORDINATOR_ID))
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the in-process sites hold no processes or sockets."""
 

@@ -24,6 +24,7 @@ from protocol.ddg import (bin_edges, centred, discrete_gaussian, estimated_cdf, 
 from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError
 from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
 from protocol.dp import Bins
+from protocol.methods.private_bin import bins_from_request
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
@@ -183,17 +184,9 @@ def check_public(public) -> None:
         raise RequestError(f"sigma^2 must be at least 1/4 (lemma 9), got {sigma2!r}")
     if public["histogram"] not in ("flat", "hierarchical"):
         raise RequestError(f"unknown histogram {public['histogram']!r}")
-    if not isinstance(bins, dict) or set(bins) != {"lo", "hi", "count"}:
-        raise RequestError(f"bins must be {{lo, hi, count}}, got {bins!r}")
-    count = bins["count"]
-    if isinstance(count, bool) or not isinstance(count, int) or not 2 <= count <= MAX_BINS:
-        raise RequestError(f"bin count must be an integer in [2, {MAX_BINS}]")
+    count = bins_from_request(bins, min_count=2, max_count=MAX_BINS).count
     if public["histogram"] == "hierarchical" and count & (count - 1):
         raise RequestError("a hierarchical histogram needs a power-of-two bin count")
-    try:
-        Bins(float(bins["lo"]), float(bins["hi"]), count)
-    except (TypeError, ValueError) as exc:
-        raise RequestError(str(exc)) from None
 
 
 def noisy_histogram(scores, public, params: SecAggParams) -> np.ndarray:

@@ -28,16 +28,21 @@ class PrivateQuantileBin(SiteHalf):
             raise RequestError(f"level must lie in (0, 1], got {level!r}")
         if not _number(epsilon) or not 0.0 < epsilon < math.inf:
             raise RequestError(f"epsilon must be a positive number, got {epsilon!r}")
-        if not isinstance(bins, dict) or set(bins) != {"lo", "hi", "count"}:
-            raise RequestError(f"bins must be {{lo, hi, count}}, got {bins!r}")
-        count = bins["count"]
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BINS:
-            raise RequestError(f"bin count must be an integer in [1, {MAX_BINS}], got {count!r}")
-        try:
-            grid = Bins(float(bins["lo"]), float(bins["hi"]), count)
-        except (TypeError, ValueError) as exc:
-            raise RequestError(str(exc)) from None
+        grid = bins_from_request(bins)
         return private_quantile_bin(self.scores, grid, float(level), float(epsilon), self.rng)
+
+
+def bins_from_request(bins, min_count: int = 1, max_count: int = MAX_BINS) -> Bins:
+    """The public bins {lo, hi, count} of a request, checked by the site (RequestError if not)."""
+    if not isinstance(bins, dict) or set(bins) != {"lo", "hi", "count"}:
+        raise RequestError(f"bins must be {{lo, hi, count}}, got {bins!r}")
+    count = bins["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or not min_count <= count <= max_count:
+        raise RequestError(f"bin count must be an integer in [{min_count}, {max_count}], got {count!r}")
+    try:
+        return Bins(float(bins["lo"]), float(bins["hi"]), count)
+    except (TypeError, ValueError) as exc:
+        raise RequestError(str(exc)) from None
 
 
 def _number(value) -> bool:
