@@ -2,7 +2,7 @@
 
 n clients (one scalar each: Unif[0, 10] or chi^2(4) clipped to [0, 10]), b uniform bins, ring
 M = 2^18, sigma^2 = 2 (c derived from epsilon), flat histogram with estimated / exact count and
-hierarchical histogram, each run through the real protocol in-process (secure aggregation with
+hierarchical histogram (exact sensitivities, and theorem 2 as printed), each run through the real protocol in-process (secure aggregation with
 X25519/AES-GCM/ChaCha20 masks, OpenDP's exact discrete Gaussian). Writes JSON and a plot.
 
     python bench/paper001_fig2.py [--n 128 512] [--b 32 64] [--runs 10] [--out runs/paper001-fig2]
@@ -26,8 +26,9 @@ from protocol.ddg import bin_edges, flat_histogram, quantile_error  # noqa: E402
 from protocol.inprocess import run_session  # noqa: E402
 from protocol.methods import METHODS  # noqa: E402
 
-ESTIMATORS = {"flat, estimated n": ("flat", "estimated"), "flat, exact n": ("flat", "exact"),
-              "hierarchical": ("hierarchical", "exact")}
+ESTIMATORS = {"flat, estimated n": ("flat", "estimated", "exact"), "flat, exact n": ("flat", "exact", "exact"),
+              "hierarchical": ("hierarchical", "exact", "exact"),
+              "hierarchical, theorem 2 as printed": ("hierarchical", "exact", "paper")}
 DISTRIBUTIONS = {"uniform": paper001_uniform, "chi2": paper001_chi2}
 LEVELS = [round(0.1 * i, 1) for i in range(1, 10)]
 
@@ -41,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--b", type=int, nargs="+", default=[32, 64])
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0])
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0])
     parser.add_argument("--distributions", nargs="+", default=list(DISTRIBUTIONS))
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--out", default="runs/paper001-fig2")
@@ -53,7 +54,7 @@ def main() -> None:
         for n in args.n:
             for b in args.b:
                 for eps in args.epsilons:
-                    for label, (histogram, count) in ESTIMATORS.items():
+                    for label, (histogram, count, accounting) in ESTIMATORS.items():
                         errors, began = [], time.perf_counter()
                         for run in range(args.runs):
                             rng = np.random.default_rng([n, b, run, 1 if dist == "chi2" else 0])
@@ -61,7 +62,8 @@ def main() -> None:
                             sites = {f"site-{i:04d}": values[i:i + 1] for i in range(n)}
                             method = METHODS["ddg_quantile"](0.1, epsilon=eps, delta=1e-5, sigma2=2.0,
                                                              bins={"lo": 0.0, "hi": 10.0, "count": b},
-                                                             histogram=histogram, count=count, modulus_bits=18)
+                                                             histogram=histogram, count=count, accounting=accounting,
+                                                             modulus_bits=18)
                             outcome = run_session(method, sites, lambda s, run=run: np.random.default_rng(run))
                             if outcome.status != "ok":
                                 raise SystemExit(f"{dist} n={n} b={b} eps={eps} {label}: {outcome.reason}")

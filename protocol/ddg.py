@@ -6,14 +6,17 @@ discrete Gaussian noise xi ~ N_Z(0, sigma^2) per entry (exact sampling by OpenDP
 operating system's CSPRNG) and reduces mod M. The secure sum s gives H_hat = s / c (read in
 the centred range (-M/2, M/2]), whose CDF estimate F_hat gives the quantile by eq. (1).
 
-Privacy (lemma 9, after Kairouz, Liu and Steinke 2021): the sum of n sites' noise makes a query
-of l2-sensitivity S on d entries (1/2) eps^2-zCDP with
-    eps = min{ sqrt(S^2 / (n sigma^2) + psi d / 2),  S / (sqrt(n) sigma) + psi sqrt(d) },
+Privacy (lemma 9, after Kairouz, Liu and Steinke 2021, theorem 14): the sum of n sites' noise
+makes a query of l2-sensitivity S2 and l1-sensitivity S1 on d entries (1/2) eps^2-zCDP with
+    eps = min{ sqrt(S2^2 / (n sigma^2) + psi d / 2),  S1 / (sqrt(n) sigma) + psi sqrt(d) },
     psi = 10 sum_{i=1}^{n-1} exp(-2 pi^2 sigma^2 i / (i + 1)).
-Flat histogram (theorem 1): S = c, d = b. Hierarchical (theorem 2): S = c log2 b and d = 2b,
-as the paper states them (the exact l2-sensitivity is c sqrt(log2 b), so the paper's epsilon,
-used here, is an upper bound). zCDP converts to (epsilon, delta)-DP by Canonne, Kamath and
-Steinke 2020, proposition 12 / corollary 13.
+(Paper 001 writes one S for both; for the flat histogram S1 = S2 = c.)
+Flat histogram (theorem 1): S = c, d = b. Hierarchical (theorem 2) as printed: S = c log2 b and
+d = 2b. One client adds c to exactly one node on each of the log2 b levels kept, so the exact
+sensitivities are S2 = c sqrt(log2 b), S1 = c log2 b on d = 2b - 2 entries; `exact` accounting
+(the default) uses these, `paper` accounting the printed theorem (an upper bound, kept to
+reproduce figure 2). zCDP converts to (epsilon, delta)-DP by Canonne, Kamath and Steinke 2020,
+proposition 12 / corollary 13.
 """
 
 from __future__ import annotations
@@ -55,30 +58,45 @@ def psi(sites: int, sigma2: float) -> float:
     return float(10.0 * np.exp(-2.0 * math.pi**2 * sigma2 * i / (i + 1.0)).sum())
 
 
-def ddg_concentrated_epsilon(sensitivity: float, sites: int, sigma2: float, dimension: int) -> float:
-    """Lemma 9 (paper 001 appendix A): the sum of `sites` independent N_Z(0, sigma^2 I_d) added
-    to a query of l2-sensitivity S is (1/2) eps^2-zCDP with this eps. Needs sigma >= 1/2."""
+def ddg_concentrated_epsilon(sensitivity: float, sites: int, sigma2: float, dimension: int,
+                             l1_sensitivity: float | None = None) -> float:
+    """Lemma 9 (paper 001 appendix A; Kairouz-Liu-Steinke 2021 theorem 14): the sum of `sites`
+    independent N_Z(0, sigma^2 I_d) added to a query of l2-sensitivity S2 = `sensitivity` and
+    l1-sensitivity S1 (default S2, as the paper writes it) is (1/2) eps^2-zCDP with this eps.
+    Needs sigma >= 1/2."""
     if sigma2 < 0.25:
         raise ValueError("lemma 9 needs sigma >= 1/2")
     if sites < 1:
         return math.inf
     p = psi(sites, sigma2)
+    l1 = sensitivity if l1_sensitivity is None else l1_sensitivity
     first = math.sqrt(sensitivity**2 / (sites * sigma2) + p * dimension / 2.0)
-    second = sensitivity / (math.sqrt(sites) * math.sqrt(sigma2)) + p * math.sqrt(dimension)
+    second = l1 / (math.sqrt(sites) * math.sqrt(sigma2)) + p * math.sqrt(dimension)
     return min(first, second)
 
 
-def histogram_sensitivity_and_dimension(c: float, bins: int, hierarchical: bool) -> tuple[float, int]:
-    """(S, d) of theorem 1 (flat: c, b) or theorem 2 (hierarchical: c log2 b, 2b)."""
-    if hierarchical:
-        return c * math.log2(bins), 2 * bins
-    return float(c), bins
+ACCOUNTING = ("exact", "paper")
 
 
-def histogram_concentrated_epsilon(c: float, sites: int, sigma2: float, bins: int, hierarchical: bool) -> float:
+def histogram_sensitivities(c: float, bins: int, hierarchical: bool, accounting: str = "exact"
+                            ) -> tuple[float, float, int]:
+    """(S2, S1, d): theorem 1 (flat: c, c, b); theorem 2 as printed ('paper': c log2 b, c log2 b,
+    2b) or with the exact norms of one client's change ('exact': c sqrt(log2 b), c log2 b, 2b - 2)."""
+    if accounting not in ACCOUNTING:
+        raise ValueError(f"accounting must be one of {ACCOUNTING}, got {accounting!r}")
+    if not hierarchical:
+        return float(c), float(c), bins
+    levels = math.log2(bins)
+    if accounting == "paper":
+        return c * levels, c * levels, 2 * bins
+    return c * math.sqrt(levels), c * levels, 2 * bins - 2
+
+
+def histogram_concentrated_epsilon(c: float, sites: int, sigma2: float, bins: int, hierarchical: bool,
+                                   accounting: str = "exact") -> float:
     """Theorem 1 (flat) or theorem 2 (hierarchical): the zCDP eps of algorithm 1 or 2."""
-    s, d = histogram_sensitivity_and_dimension(c, bins, hierarchical)
-    return ddg_concentrated_epsilon(s, sites, sigma2, d)
+    s2, s1, d = histogram_sensitivities(c, bins, hierarchical, accounting)
+    return ddg_concentrated_epsilon(s2, sites, sigma2, d, l1_sensitivity=s1)
 
 
 def zcdp_delta(rho: float, epsilon: float) -> float:
@@ -118,14 +136,15 @@ def zcdp_to_approx_dp(rho: float, delta: float) -> float:
     return float(max(0.0, min(values[i], best.fun)))
 
 
-def histogram_epsilon(c: float, sites: int, sigma2: float, bins: int, hierarchical: bool, delta: float) -> float:
+def histogram_epsilon(c: float, sites: int, sigma2: float, bins: int, hierarchical: bool, delta: float,
+                      accounting: str = "exact") -> float:
     """(epsilon, delta)-DP of algorithm 1 or 2 with n = `sites` noise-adding sites."""
-    eps = histogram_concentrated_epsilon(c, sites, sigma2, bins, hierarchical)
+    eps = histogram_concentrated_epsilon(c, sites, sigma2, bins, hierarchical, accounting)
     return zcdp_to_approx_dp(eps**2 / 2.0, delta)
 
 
 def scaling_for_epsilon(epsilon: float, delta: float, sites: int, sigma2: float, bins: int,
-                        hierarchical: bool) -> tuple[int, float]:
+                        hierarchical: bool, accounting: str = "exact") -> tuple[int, float]:
     """(c, sigma^2) meeting a requested (epsilon, delta)-DP with `sites` noise-adding sites.
 
     Paper 001 section 4 fixes sigma^2 = 2 and varies c; c must be a positive integer (c x is
@@ -133,7 +152,7 @@ def scaling_for_epsilon(epsilon: float, delta: float, sites: int, sigma2: float,
     the integer c = max(1, ceil(c*)), then raise sigma^2 until epsilon(c, sigma^2) = epsilon.
     The effective noise sigma / c is then the one the request allows, with no rounding loss."""
     def eps_at(c, s2):
-        return histogram_epsilon(c, sites, s2, bins, hierarchical, delta)
+        return histogram_epsilon(c, sites, s2, bins, hierarchical, delta, accounting)
 
     if eps_at(1e-9, sigma2) >= epsilon:
         raise ValueError(f"epsilon={epsilon:g} is below the psi term of lemma 9 at sigma^2={sigma2:g} "

@@ -13,8 +13,8 @@ from scipy.special import logsumexp
 
 from protocol.ddg import (bin_edges, ddg_concentrated_epsilon, discrete_gaussian, dyadic_partition,
                           estimated_cdf, flat_histogram, hierarchical_cumulative, hierarchical_from_flat,
-                          histogram_epsilon, psi, quantile_error, quantile_index, ring_bits_required,
-                          scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
+                          histogram_concentrated_epsilon, histogram_epsilon, histogram_sensitivities, psi,
+                          quantile_error, quantile_index, ring_bits_required, scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
 from protocol.inprocess import run_session
 from protocol.methods import METHODS
 
@@ -62,6 +62,34 @@ def test_lemma_9_bounds_the_exact_renyi_divergence():
         assert divergence <= a * eps**2 / 2 + 1e-9
 
 
+def test_exact_hierarchical_accounting_bounds_the_exact_renyi_divergence():
+    """One client moves c on each of L levels: the noise sum is a product over entries, so the
+    exact Renyi divergence is L times the one-entry value. Lemma 9 with S2 = c sqrt(L), S1 = c L
+    must bound it at every order; the printed theorem 2 (S = c L) is looser still."""
+    n, sigma2, c, levels = 3, 1.0, 2, 3
+    support = np.arange(-60, 61)
+    one = np.exp(-support.astype(float) ** 2 / (2 * sigma2))
+    one /= one.sum()
+    total = one
+    for _ in range(n - 1):
+        total = np.convolve(total, one)
+    log_p, log_q = np.log(np.maximum(total[c:], 1e-300)), np.log(np.maximum(total[:-c], 1e-300))
+    bins = 1 << levels
+    exact = histogram_concentrated_epsilon(c, n, sigma2, bins, True, "exact")
+    printed = histogram_concentrated_epsilon(c, n, sigma2, bins, True, "paper")
+    assert exact < printed
+    s2, s1, d = histogram_sensitivities(c, bins, True, "exact")
+    assert (s2, s1, d) == pytest.approx((c * math.sqrt(levels), c * levels, 2 * bins - 2))
+    for a in (1.5, 2, 5, 10, 30):
+        divergence = levels * logsumexp(a * log_p + (1 - a) * log_q) / (a - 1)
+        assert divergence <= a * exact**2 / 2 + 1e-9
+    # flat histograms: both accountings agree (S1 = S2 = c)
+    assert histogram_concentrated_epsilon(c, n, sigma2, bins, False, "exact") == \
+        histogram_concentrated_epsilon(c, n, sigma2, bins, False, "paper")
+    with pytest.raises(ValueError, match="accounting"):
+        histogram_sensitivities(c, bins, True, "loose")
+
+
 def test_discrete_gaussian_sampler_matches_the_pmf():
     """OpenDP draws from the OS CSPRNG (unseedable by design); the test's false-alarm rate is 1e-6."""
     sigma2 = 2.0
@@ -77,15 +105,15 @@ def test_discrete_gaussian_sampler_matches_the_pmf():
     assert draws.dtype == np.int64
 
 
-@pytest.mark.parametrize("hierarchical", [False, True])
+@pytest.mark.parametrize("hierarchical,accounting", [(False, "exact"), (True, "exact"), (True, "paper")])
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 5.0])
-def test_scaling_meets_the_requested_epsilon(hierarchical, epsilon):
-    c, sigma2 = scaling_for_epsilon(epsilon, 1e-5, 128, 2.0, 32, hierarchical)
+def test_scaling_meets_the_requested_epsilon(hierarchical, accounting, epsilon):
+    c, sigma2 = scaling_for_epsilon(epsilon, 1e-5, 128, 2.0, 32, hierarchical, accounting)
     assert isinstance(c, int) and c >= 1 and sigma2 >= 2.0
-    obtained = histogram_epsilon(c, 128, sigma2, 32, hierarchical, 1e-5)
+    obtained = histogram_epsilon(c, 128, sigma2, 32, hierarchical, 1e-5, accounting)
     assert epsilon - 1e-6 <= obtained <= epsilon + 1e-12
     # fewer noise-adding sites than planned: less privacy than asked, reported as such
-    assert histogram_epsilon(c, 100, sigma2, 32, hierarchical, 1e-5) > epsilon
+    assert histogram_epsilon(c, 100, sigma2, 32, hierarchical, 1e-5, accounting) > epsilon
 
 
 def test_ring_condition_of_theorem_1():

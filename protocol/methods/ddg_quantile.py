@@ -9,7 +9,8 @@ noise makes this an approximate, not a finite-sample, guarantee: theorem 1 bound
 error with high probability). c and sigma^2 come from the requested (epsilon, delta) by
 theorems 1 / 2 with the noise of `m - dropouts` sites; the report gives the epsilon actually
 obtained with the sites whose inputs entered the sum. A ring too small for the theorems'
-no-wrap-around condition is refused before anything is sent.
+no-wrap-around condition is refused before anything is sent. `accounting: exact` (default)
+uses the hierarchical histogram's exact l2 / l1 sensitivities, `paper` theorem 2 as printed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 
 import numpy as np
 
-from protocol.ddg import (bin_edges, centred, discrete_gaussian, estimated_cdf, flat_histogram,
+from protocol.ddg import (ACCOUNTING, bin_edges, centred, discrete_gaussian, estimated_cdf, flat_histogram,
                           hierarchical_cumulative, hierarchical_histogram, histogram_epsilon, quantile_index,
                           ring_bits_required, scaling_for_epsilon, to_ring)
 from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError
@@ -49,6 +50,7 @@ class DDGQuantile(Method):
         "bins": {**BINS_SPEC, "fields": {**BINS_SPEC["fields"], "count": {"type": "int", "min": 2, "default": 64}}},
         "histogram": {"type": "str", "choices": ["flat", "hierarchical"], "default": "flat"},
         "count": {"type": "str", "choices": ["estimated", "exact"], "default": "estimated"},
+        "accounting": {"type": "str", "choices": list(ACCOUNTING), "default": "exact"},
         "level": {"type": "float_or", "choices": ["conformal"], "default": "conformal"},
         "modulus_bits": {"type": "int", "min": 0, "max": 62, "default": 0},
         "failure": {"type": "float", "gt": 0, "lt": 1, "default": 1e-6},
@@ -58,14 +60,16 @@ class DDGQuantile(Method):
     }
 
     def __init__(self, alpha, epsilon, bins, delta=1e-5, sigma2=2.0, histogram="flat", count="estimated",
-                 level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, secagg=None, report_levels=None):
+                 accounting="exact", level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, secagg=None,
+                 report_levels=None):
         secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
         report_levels = list(DEFAULT_LEVELS if report_levels is None else report_levels)
         super().__init__(alpha, epsilon=epsilon, bins=bins, delta=delta, sigma2=sigma2, histogram=histogram,
-                         count=count, level=level, modulus_bits=modulus_bits, failure=failure,
+                         count=count, accounting=accounting, level=level, modulus_bits=modulus_bits, failure=failure,
                          dropouts=dropouts, secagg=secagg, report_levels=report_levels)
         self.epsilon, self.delta, self.sigma2 = float(epsilon), float(delta), float(sigma2)
         self.hierarchical = histogram == "hierarchical"
+        self.accounting = accounting
         self.count, self.level, self.modulus_bits, self.failure = count, level, modulus_bits, failure
         self.dropouts, self.secagg, self.report_levels = dropouts, secagg, report_levels
         self.bins_spec = bins
@@ -102,7 +106,8 @@ class DDGQuantile(Method):
             return f"secure aggregation needs at least 2 sites, {m} joined"
         noise_sites = max(1, m - self.dropouts)
         try:
-            c, sigma2 = scaling_for_epsilon(self.epsilon, self.delta, noise_sites, self.sigma2, b, self.hierarchical)
+            c, sigma2 = scaling_for_epsilon(self.epsilon, self.delta, noise_sites, self.sigma2, b, self.hierarchical,
+                                           self.accounting)
         except ValueError as exc:
             return str(exc)
         need = ring_bits_required(c, sum(sizes.values()), m, sigma2, b, self.hierarchical, self.failure)
@@ -146,7 +151,8 @@ class DDGQuantile(Method):
             cdf = estimated_cdf(noisy, self.count, n)
         level = (min(1.0, math.ceil((1 - self.alpha) * (n + 1)) / n) if self.level == "conformal" else float(self.level))
         j = quantile_index(cdf, level)
-        obtained = histogram_epsilon(public["c"], len(included), public["sigma2"], b, self.hierarchical, self.delta)
+        obtained = histogram_epsilon(public["c"], len(included), public["sigma2"], b, self.hierarchical, self.delta,
+                                     self.accounting)
         return Outcome.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
                           bin=j, epsilon_obtained=obtained, delta=self.delta,
                           privacy_shortfall=obtained > self.epsilon * (1 + 1e-9),
