@@ -21,11 +21,15 @@ from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.randomness import join_session, method_session, site_rng
-from protocol.wire import SITE_TO_COORDINATOR, Envelope
+from protocol.shuffle import anonymous_label
+from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
 from transport.faults import FaultInjector, kill_self
 from transport.ledger import Ledger, handshake_bytes
 from transport.outbox import Outbox
+
+
+BATCH_GRACE = 5.0  # seconds the coordinator waits for the shuffler's batch beyond the phase deadline
 
 
 @dataclass(frozen=True)
@@ -43,17 +47,21 @@ class Coordinator:
         self.faults = faults
         self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
         self.members: dict[str, int] = {}  # site id -> pid it reported
+        self.shuffler_pid: int | None = None  # set when the shuffler process said hello
+        self._batch: Envelope | None = None
         self.guard = SequenceGuard()
         self.seed = 0
         self._answer_rows: dict[str, dict] = {}  # the ledger row of each site's accepted answer
 
     # -- run level ---------------------------------------------------------------------------
 
-    def await_members(self, expected: Iterable[str]) -> list[str]:
-        """The hello phase: wait until every expected site announced itself, or the deadline."""
+    def await_members(self, expected: Iterable[str], shuffler: bool = False) -> list[str]:
+        """The hello phase: wait until every expected site (and the shuffler, if the run has
+        one) announced itself, or the deadline."""
         expected = set(expected)
         deadline = time.monotonic() + self.deadlines.hello
-        while not expected <= set(self.members) and time.monotonic() < deadline:
+        while ((not expected <= set(self.members) or (shuffler and self.shuffler_pid is None))
+               and time.monotonic() < deadline):
             envelope, row = self._receive(deadline)
             if envelope is not None:
                 row["accepted"] = 0
@@ -61,6 +69,9 @@ class Coordinator:
         for site in sorted(expected - set(self.members)):
             self.events.write("dropout", site=site, phase="hello",
                               reason=f"no hello within {self.deadlines.hello:g} s")
+        if shuffler and self.shuffler_pid is None:
+            self.events.write("dropout", site=SHUFFLER_ID, phase="hello",
+                              reason=f"the shuffler sent no hello within {self.deadlines.hello:g} s")
         self.ledger.flush()
         return sorted(set(self.members) & expected)
 
@@ -87,7 +98,7 @@ class Coordinator:
 
     def shutdown(self) -> None:
         self.ledger.context = {"trial": "", "session": "", "method": "", "codec": "", "phase": "shutdown"}
-        for site in sorted(self.members):
+        for site in sorted(self.members) + ([SHUFFLER_ID] if self.shuffler_pid is not None else []):
             nbytes = self.channel.send(site, "shutdown", 0, {})
             if nbytes is not None:
                 self.ledger.record(site=site, direction="down", mtype="shutdown", nbytes=nbytes)
@@ -127,21 +138,23 @@ class Coordinator:
             self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
                                    "codec": method.codec, "phase": step.phase}
             self._maybe_die(trial, step.phase, method.name)
-            sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": body})
+            sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": codec.wrap_request(body)})
                      for site, body in step.requests.items()}
-            answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond,
-                                           trial=trial, method=method.name)
+            phase_runner = self._shuffled_phase if codec.route == "shuffler" else self._phase
+            answers, dropped = phase_runner(session, step.phase, sends, self.deadlines.respond,
+                                            trial=trial, method=method.name)
             decoded = {}  # in site-id order, so that methods see the same order in every backend
             for site, payload in sorted(answers.items()):
+                row = self._answer_rows.get(site) or self._answer_rows.get(SHUFFLER_ID, {})
                 try:
                     decoded[site] = codec.decode(payload["body"])
                 except PayloadError as exc:
                     dropped[site] = f"undecodable {codec.name} body: {exc}"
-                    self._answer_rows[site]["accepted"] = 0
+                    row["accepted"] = 0
                     self.events.write("rejected", site=site, session=session, phase=step.phase,
                                       reason=dropped[site])
                     continue
-                self._answer_rows[site]["info_bits"] = codec.information_bits(decoded[site])
+                row["info_bits"] = row.get("info_bits", 0) + codec.information_bits(decoded[site])
             step = half.advance(step.phase, decoded, dropped)
         self.ledger.flush()
         self.events.write("session_end", trial=trial, session=session, method=method.name,
@@ -151,7 +164,9 @@ class Coordinator:
     # -- one phase ---------------------------------------------------------------------------
 
     def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-               trial=None, method=None):
+               trial=None, method=None, until=None, log_missing=True):
+        """Send each site its message and collect the answers until all came, the deadline
+        passed, or `until()` holds (a shuffled phase waits for the shuffler's batch)."""
         dropped: dict[str, str] = {}
         reachable = []
         self._answer_rows = {}
@@ -165,9 +180,17 @@ class Coordinator:
         self._log_faults()
         collector = PhaseCollector(session, phase, frozenset(reachable))
         deadline = time.monotonic() + timeout
-        while not collector.complete and time.monotonic() < deadline:
+        while (not collector.complete if until is None else not until()) and time.monotonic() < deadline:
             envelope, row = self._receive(deadline)
             if envelope is None:
+                continue
+            if envelope.type == "batch":
+                reason = self._offer_batch(envelope, session, phase)
+                if reason:
+                    row["accepted"] = 0
+                    self._reject_envelope(envelope, reason)
+                else:
+                    self._answer_rows[SHUFFLER_ID] = row  # the batch's information bits go here
                 continue
             reason = collector.offer(envelope)
             if reason:
@@ -177,11 +200,60 @@ class Coordinator:
                 self._answer_rows[envelope.sender] = row
         for site, reason in collector.refusals.items():
             dropped[site] = f"refused: {reason}"
+        if not log_missing:
+            return collector.answers, dropped
         for site in collector.missing():
             dropped[site] = f"no answer within the {phase} deadline ({timeout:g} s)"
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
         return collector.answers, dropped
+
+    def _offer_batch(self, envelope: Envelope, session: int, phase: str) -> str | None:
+        if envelope.session != session or envelope.payload["phase"] != phase:
+            return (f"batch for session {envelope.session}, phase {envelope.payload['phase']!r}, while "
+                    f"session {session}, phase {phase!r} is open")
+        if self._batch is not None:
+            return "second batch for the same phase"
+        self._batch = envelope
+        return None
+
+    def _shuffled_phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
+                        trial=None, method=None):
+        """A phase whose answers go through the shuffler: open a batch there, send the requests,
+        take `error`s from sites directly and the permuted batch from the shuffler. Answers come
+        back under anonymous labels (their place in the batch); sites are dropouts when they
+        refused, or when the shuffler forwarded nothing from them (with its reason)."""
+        self._answer_rows, self._batch = {}, None
+        if self.shuffler_pid is None:
+            dropped = {site: "no shuffler is connected to this run" for site in sends}
+            for site, reason in dropped.items():
+                self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
+            return {}, dropped
+        nbytes = self.channel.send(SHUFFLER_ID, "batch_open", session,
+                                   {"phase": phase, "expected": sorted(sends), "deadline": timeout})
+        if nbytes is not None:
+            self.ledger.record(site=SHUFFLER_ID, direction="down", mtype="batch_open", nbytes=nbytes)
+        answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial, method=method,
+                                       until=lambda: self._batch is not None, log_missing=False)
+        batch, self._batch = self._batch, None
+        for site in answers:  # a site that sent its answer past the shuffler
+            dropped[site] = "answered the coordinator directly in a shuffled phase"
+        answers = {}
+        if batch is None:
+            for site in sends:
+                dropped.setdefault(site, f"no batch from the shuffler within {timeout + BATCH_GRACE:g} s")
+        else:
+            p = batch.payload
+            for site, size in p["received"].items():
+                self.ledger.record(site=site, direction="up", mtype="sealed", nbytes=int(size))
+            answers = {anonymous_label(i): {"body": body} for i, body in enumerate(p["ciphertexts"])}
+            for site in sends:
+                if site not in p["senders"]:
+                    dropped.setdefault(site, f"nothing forwarded by the shuffler: "
+                                             f"{p['refused'].get(site, 'no sealed message by its deadline')}")
+        for site, reason in dropped.items():
+            self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
+        return answers, dropped
 
     def _receive(self, deadline: float) -> tuple[Envelope | None, dict | None]:
         """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed
@@ -199,6 +271,11 @@ class Coordinator:
             self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
             return None, row
         envelope = incoming.envelope
+        if envelope.type == "hello" and envelope.sender == SHUFFLER_ID:
+            row.update(phase="hello", method="", codec="", trial="", session="")
+            self.shuffler_pid = envelope.payload["pid"]
+            self.events.write("hello", site=SHUFFLER_ID, pid=self.shuffler_pid)
+            return None, row
         if envelope.type == "hello":
             row.update(phase="hello", method="", codec="", trial="", session="")
             if envelope.sender not in self.members:
@@ -224,7 +301,10 @@ class Coordinator:
                     f"{incoming.peer!r}: a site cannot speak for another")
         if envelope.sender != incoming.peer:
             return f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
-        if envelope.type not in SITE_TO_COORDINATOR:
+        if envelope.sender == SHUFFLER_ID:
+            if envelope.type not in SHUFFLER_TO_COORDINATOR:
+                return f"message type {envelope.type!r} is not sent by the shuffler"
+        elif envelope.type not in SITE_TO_COORDINATOR:
             return f"message type {envelope.type!r} is not sent by sites"
         if envelope.type == "hello":
             self.guard.forget(envelope.sender)  # a (re)started site numbers from zero again

@@ -1,7 +1,7 @@
 """Run method sessions with no sockets: the coordinator half talks to the site halves directly.
 
 The same halves and codecs as the multi-process system, including the codec's encode/decode
-round trip, so results agree bit for bit with it; tests use it to check methods in milliseconds.
+round trip (and, for shuffled codecs, the shuffler's permutation), so results agree with it; tests use it to check methods in milliseconds.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protocol.codecs import CODECS
+from protocol.codecs import CODECS, PayloadError
 from protocol.methods.base import Method, Outcome, RequestError, Send
+from protocol.shuffle import anonymous_label, secure_permutation
 
 #: ask(site, phase, request body) -> the site's encoded response body (or RequestError)
 Ask = Callable[[str, str, dict], Any]
@@ -24,12 +25,22 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
     half = method.coordinator(dict(sizes), rng)
     step = half.start()
     while isinstance(step, Send):
-        answers, dropped = {}, {}
+        bodies, dropped = {}, {}
         for site, body in step.requests.items():
             try:
-                answers[site] = codec.decode(ask(site, step.phase, body))
+                bodies[site] = ask(site, step.phase, codec.wrap_request(body))
             except RequestError as exc:
                 dropped[site] = f"refused: {exc}"
+        if codec.route == "shuffler":  # what the shuffler process does: permute, strip the senders
+            order = secure_permutation(len(bodies))
+            sealed = list(bodies.values())
+            bodies = {anonymous_label(i): sealed[j] for i, j in enumerate(order)}
+        answers = {}
+        for label, body in bodies.items():
+            try:
+                answers[label] = codec.decode(body)
+            except PayloadError as exc:
+                dropped[label] = f"undecodable {codec.name} body: {exc}"
         step = half.advance(step.phase, answers, dropped)
     return step
 
@@ -38,9 +49,12 @@ def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
                 rng_for: Callable[[str], np.random.Generator], session: int = 1) -> Outcome:
     """One session over sites given directly by their scores (for tests and benchmarks);
     rng_for("coordinator") seeds the coordinator half."""
-    codec = CODECS[method.codec]()  # the site side's encoder (make_codec is the coordinator's decoder)
     halves = {site: type(method).site_for(np.asarray(scores, dtype=float), rng_for(site), site, session)
               for site, scores in site_scores.items()}
     sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
-    return drive(method, sizes, lambda site, phase, body: codec.encode(halves[site].answer(phase, body)),
-                 rng_for("coordinator"))
+
+    def ask(site, phase, body):  # the site side's encoder (make_codec is the coordinator's decoder)
+        encoder, request = CODECS[method.codec].for_site(body)
+        return encoder.encode(halves[site].answer(phase, request))
+
+    return drive(method, sizes, ask, rng_for("coordinator"))

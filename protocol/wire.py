@@ -42,9 +42,17 @@ PAYLOADS: dict[str, dict[str, tuple[type, ...]]] = {
     "request": {"method": (str,), "phase": (str,), "body": (dict,)},
     "close": {},
     "shutdown": {},
+    # the shuffler's three hops (protocol.shuffle): site -> shuffler, coordinator <-> shuffler
+    "sealed": {"phase": (str,), "ciphertext": (bytes,)},
+    "batch_open": {"phase": (str,), "expected": (list,), "deadline": (int, float)},
+    "batch": {"phase": (str,), "ciphertexts": (list,), "senders": (list,), "refused": (dict,), "received": (dict,)},
 }
 SITE_TO_COORDINATOR = frozenset({"hello", "join", "response", "error"})
 COORDINATOR_TO_SITE = frozenset({"open", "request", "close", "shutdown"})
+SITE_TO_SHUFFLER = frozenset({"sealed"})
+COORDINATOR_TO_SHUFFLER = frozenset({"batch_open", "shutdown"})
+SHUFFLER_TO_COORDINATOR = frozenset({"hello", "batch"})
+SHUFFLER_ID = "shuffler"
 
 
 class WireError(ValueError):

@@ -15,7 +15,8 @@ from coordinator.events import EventLog
 from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
 from protocol.randomness import method_session, site_rng
-from runner.processes import SiteProcesses
+from protocol.wire import SHUFFLER_ID
+from runner.processes import ShufflerProcess, SiteProcesses
 from sites.local import SiteLocal
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
 from transport.faults import FaultInjector
@@ -29,22 +30,31 @@ class ProcessFederation:
 
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
                  runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
-                 seed: int = 0, fired=frozenset(), local_sites: bool = True) -> None:
+                 seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
-        keys = load_server_keys(key_dir, site_ids) if key_dir else None
+        keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
         self.channel = CoordinatorChannel(runtime["bind"], keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
-        self.processes = (SiteProcesses(site_ids, self.channel.endpoint, workdir, log_dir, key_dir=key_dir,
-                                        fault_rules=fault_rules, seed=seed) if local_sites else None)
+        self.shuffler = (ShufflerProcess(runtime["shuffler_bind"], self.channel.endpoint, log_dir, key_dir=key_dir,
+                                         site_ids=site_ids) if shuffler else None)
+        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed)
+        self._site_dirs = (workdir, log_dir) if local_sites else None
+        self.processes = None
         self.present: list[str] = []
 
     def start(self) -> list[str]:
         self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
                           security="curve" if self.channel.curve else "plain")
-        if self.processes is not None:
+        endpoint = None
+        if self.shuffler is not None:
+            endpoint = self.shuffler.start()
+            self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
+        if self._site_dirs is not None:
+            self.processes = SiteProcesses(self.site_ids, self.channel.endpoint, *self._site_dirs,
+                                           shuffler=endpoint, **self._site_args)
             self.processes.start()
-        self.present = self.coordinator.await_members(self.site_ids)
+        self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffler is not None)
         return self.present
 
     def open_trial(self, trial: int, seed: int):
@@ -62,6 +72,9 @@ class ProcessFederation:
         if self.processes is not None:
             self.processes.stop()
             self.events.write("sites_stopped", exit_codes=self.processes.exit_codes())
+        if self.shuffler is not None:
+            self.shuffler.stop()
+            self.events.write("shuffler_stopped", exit_code=self.shuffler.process.exitcode)
         self.channel.close()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
-                  "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "quantile_error",
+                  "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "epsilon_local", "quantile_error",
                   "clipped", "seconds", "reason"]
 
 

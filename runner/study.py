@@ -24,6 +24,8 @@ from runner.heterogeneity import HeterogeneityReport
 from runner.report import communication, summarize
 from transport.faults import resolve_rules
 from transport.ledger import Ledger, read_ledger
+from protocol.codecs import CODECS
+from protocol.wire import SHUFFLER_ID
 from transport.security import generate_keys
 from runner.world import TrialWorld, build_trial, site_ids
 from scenarios.scenario import method_params
@@ -74,10 +76,13 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         runtime = scenario["runtime"]
         key_dir = None
         if runtime["security"] == "curve":
-            key_dir = generate_keys(Path(runtime["keys"]) if runtime["keys"] else rundir.path / "keys", ids)
+            key_dir = generate_keys(Path(runtime["keys"]) if runtime["keys"] else rundir.path / "keys",
+                                    [*ids, SHUFFLER_ID])
+        shuffled = any(CODECS[method.codec].route == "shuffler" for _, method in methods)
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
-                                       seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites)
+                                       seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
+                                       shuffler=shuffled)
     else:
         federation = InProcessFederation(ids, rundir.work, events)
     started = time.time()
@@ -168,6 +173,7 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "guarantee": details.get("guarantee"), "ell": details.get("ell"), "k": details.get("k"),
         "sites": sites, "answered": details.get("answered"), "epsilon": privacy["epsilon"],
         "privacy": privacy["model"], "epsilon_obtained": details.get("epsilon_obtained"),
+        "epsilon_local": details.get("epsilon_local"),
         "quantile_error": _worst_quantile_error(details, method, world), "clipped": clipped,
         "seconds": round(seconds, 6), "reason": reason,
     }

@@ -45,6 +45,7 @@ SCENARIO_FIELDS = {
     "faults": {"type": "list", "of": {"type": "map", "fields": FAULT_FIELDS}, "default": []},
     "runtime": {"type": "map", "fields": {
         "bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
+        "shuffler_bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
         "security": {"type": "str", "choices": ["curve", "plain"], "default": "curve"},
         "keys": {"type": "str", "default": ""},  # a key directory; empty: new keys for each run
         "deadlines": {"type": "map", "fields": {

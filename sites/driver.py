@@ -31,19 +31,28 @@ log = logging.getLogger("quorum.site")
 
 def serve(site_id: str, endpoint: str, workdir: str, *, parent_alive=None,
           idle_timeout: float | None = None, keys: ClientKeys | None = None,
-          faults: FaultInjector | None = None, scenario: dict | None = None) -> int:
-    """Serve until shutdown; `parent_alive()` (optional) says whether the launcher still runs."""
+          faults: FaultInjector | None = None, scenario: dict | None = None,
+          shuffler: str | None = None, shuffler_keys: ClientKeys | None = None) -> int:
+    """Serve until shutdown; `parent_alive()` (optional) says whether the launcher still runs.
+    `shuffler`: the shuffler's endpoint, where answers of shuffled codecs go (sealed)."""
     channel = SiteChannel(endpoint, site_id, keys=keys)
     local = SiteLocal(site_id, workdir, scenario=scenario)
     outbox = Outbox(lambda peer, data: channel.send_raw([data]) or 0, faults)
+    to_shuffler = None
+    if shuffler is not None:
+        shuffle_channel = SiteChannel(shuffler, site_id, keys=shuffler_keys)
+        to_shuffler = (shuffle_channel, Outbox(lambda peer, data: shuffle_channel.send_raw([data]) or 0, faults))
     guard = SequenceGuard()
     outbox.send(channel.pack("hello", 0, {"pid": os.getpid()}), "hello", phase="hello")
     log.info("%s (pid %d) connected to %s%s", site_id, os.getpid(), endpoint, " with CURVE" if keys else "")
     last_heard = time.monotonic()
     try:
         while True:
-            incoming = channel.receive(timeout_s=outbox.timeout(1.0))
+            wait = outbox.timeout(1.0) if to_shuffler is None else to_shuffler[1].timeout(outbox.timeout(1.0))
+            incoming = channel.receive(timeout_s=wait)
             outbox.flush()
+            if to_shuffler is not None:
+                to_shuffler[1].flush()
             _log_faults(faults)
             if incoming is None:
                 if parent_alive is not None and not parent_alive():
@@ -67,12 +76,14 @@ def serve(site_id: str, endpoint: str, workdir: str, *, parent_alive=None,
                 log.info("shutdown received")
                 outbox.flush()
                 return 0
-            _handle(channel, outbox, local, envelope, faults)
+            _handle(channel, outbox, local, envelope, faults, to_shuffler)
     finally:
         channel.close()
+        if to_shuffler is not None:
+            to_shuffler[0].close()
 
 
-def _handle(channel: SiteChannel, outbox: Outbox, local: SiteLocal, envelope, faults) -> None:
+def _handle(channel: SiteChannel, outbox: Outbox, local: SiteLocal, envelope, faults, to_shuffler=None) -> None:
     payload, session = envelope.payload, envelope.session
     if envelope.type == "close":
         local.close_session(session)
@@ -115,7 +126,14 @@ def _handle(channel: SiteChannel, outbox: Outbox, local: SiteLocal, envelope, fa
         log.exception("site half failed in session %d", session)
         reply("error", {"phase": phase, "reason": f"site failure: {type(exc).__name__}: {exc}"})
         return
-    reply("response", {"phase": phase, "body": body})
+    if local.route(method) != "shuffler":
+        reply("response", {"phase": phase, "body": body})
+    elif to_shuffler is None:
+        reply("error", {"phase": phase, "reason": "this site was given no shuffler endpoint"})
+    else:
+        shuffle_channel, shuffle_outbox = to_shuffler
+        shuffle_outbox.send(shuffle_channel.pack("sealed", session, {"phase": phase, "ciphertext": body}), "sealed",
+                            trial=trial, phase=phase, method=method, delay=delay)
 
 
 def _log_faults(faults: FaultInjector | None) -> None:

@@ -16,7 +16,7 @@ import gc
 
 import numpy as np
 
-from protocol.codecs import CODECS
+from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
 from sites.storage import model_slot, read_model, read_shard, shard_path, write_trial
@@ -59,11 +59,21 @@ class SiteLocal:
             raise RequestError(f"unknown method {method_name!r}")
         if phase not in method.phases:
             raise RequestError(f"{method_name} has no phase {phase!r}")
+        try:
+            encoder, body = CODECS[method.codec].for_site(body)
+        except PayloadError as exc:
+            raise RequestError(str(exc)) from None
         half = self._halves.get(session)
         if half is None:
             rng = site_rng(self.seed, self.trial, session, self.site_id)
             half = self._halves[session] = method.site_for(self.scores, rng, self.site_id, session)
-        return CODECS[method.codec]().encode(half.answer(phase, body))
+        return encoder.encode(half.answer(phase, body))
+
+    @staticmethod
+    def route(method_name: str) -> str:
+        """Where this method's answers go: 'direct' (the coordinator) or 'shuffler'."""
+        method = METHODS.get(method_name)
+        return CODECS[method.codec].route if method is not None else "direct"
 
     def close_session(self, session: int) -> None:
         self._halves.pop(session, None)

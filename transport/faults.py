@@ -8,7 +8,7 @@ A scenario's `faults:` list holds rules; each names an action, where it applies 
     phase      join | respond | ... (default: any)        method   a method label (default: any)
     direction  up (site -> coordinator, default) | down (coordinator -> site)
     probability  of applying to each matching message (default 1)
-    seconds    for delay and reorder (default 1)           mode     corrupt: bytes | truncate | types
+    seconds    for delay and reorder (default 1)           mode     corrupt: bytes | truncate | types | content
 
 Site behaviour (applied by the site driver when it is asked something that matches):
   crash     the site process kills itself (SIGKILL) instead of answering
@@ -17,7 +17,8 @@ Site behaviour (applied by the site driver when it is asked something that match
 Message faults (applied to the outgoing messages of the matching side):
   drop, duplicate, reorder (held back until the next message from the same side, or `seconds`),
   corrupt (bytes: a few random bytes changed; truncate: cut short; types: a payload value
-  replaced by one of another type, the message otherwise well formed).
+  replaced by one of another type; content: one byte flipped inside a binary payload value,
+  e.g. a sealed ciphertext; the message otherwise well formed in the last two).
 kill_coordinator: the coordinator process kills itself when the matching phase begins.
 """
 
@@ -46,7 +47,7 @@ FAULT_FIELDS = {
     "direction": {"type": "str", "choices": ["up", "down"], "default": "up"},
     "probability": {"type": "float", "ge": 0, "le": 1, "default": 1.0},
     "seconds": {"type": "float", "ge": 0, "default": 1.0},
-    "mode": {"type": "str", "choices": ["bytes", "truncate", "types"], "default": "bytes"},
+    "mode": {"type": "str", "choices": ["bytes", "truncate", "types", "content"], "default": "bytes"},
 }
 
 
@@ -193,9 +194,9 @@ class FaultInjector:
 def corrupt(data: bytes, mode: str, rng: np.random.Generator) -> bytes:
     if mode == "truncate":
         return data[: int(rng.integers(1, len(data)))]
-    if mode == "types":
+    if mode in ("types", "content"):
         obj = msgpack.unpackb(data[:-CHECKSUM_BYTES], raw=False)
-        _retype(obj, rng)
+        (_retype if mode == "types" else _flip_binary)(obj, rng)
         return seal(msgpack.packb(obj, use_bin_type=True))
     damaged = bytearray(data)
     for position in rng.choice(len(damaged), size=min(len(damaged), int(rng.integers(1, 5))), replace=False):
@@ -215,6 +216,24 @@ def _retype(obj, rng) -> None:
     current = target[key]
     choices = [v for v in _ODD_VALUES if type(v) is not type(current)]
     target[key] = choices[int(rng.integers(len(choices)))]
+
+
+def _flip_binary(obj, rng) -> None:
+    """Flip one byte of the first binary value found in the payload (depth first); a message
+    without one is left as it was."""
+    stack = [(obj, "p")]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, bytes) and value:
+            damaged = bytearray(value)
+            damaged[int(rng.integers(len(damaged)))] ^= int(rng.integers(1, 256))
+            parent[key] = bytes(damaged)
+            return
+        if isinstance(value, dict):
+            stack.extend((value, k) for k in reversed(list(value)))
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in reversed(range(len(value))))
 
 
 def kill_self() -> None:

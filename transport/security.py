@@ -4,6 +4,8 @@ Keys are files in a key directory, in pyzmq's certificate format (zmq.auth.creat
 
     coordinator.key, coordinator.key_secret     the coordinator's key pair
     site-007.key, site-007.key_secret           each site's key pair
+    shuffler.key, shuffler.key_secret           the shuffler's (a client of the coordinator,
+                                                a server for the sites' sealed messages)
 
 The coordinator holds every site's public key and its own secret; a site holds its own secret
 and the coordinator's public key. The coordinator's ZAP handler admits a connection only if its
@@ -49,9 +51,10 @@ def generate_keys(directory: str | Path, site_ids) -> Path:
     return directory
 
 
-def load_server_keys(directory: str | Path, site_ids) -> ServerKeys:
+def load_server_keys(directory: str | Path, site_ids, server: str = COORDINATOR_KEY) -> ServerKeys:
+    """The key pair of `server` (the coordinator, or the shuffler) and its allow-list."""
     directory = Path(directory)
-    public, secret = _load(directory, COORDINATOR_KEY, secret=True)
+    public, secret = _load(directory, server, secret=True)
     sites = {}
     for site in site_ids:
         site_public, _ = _load(directory, site, secret=False)
@@ -59,9 +62,10 @@ def load_server_keys(directory: str | Path, site_ids) -> ServerKeys:
     return ServerKeys(public, secret, sites)
 
 
-def load_client_keys(directory: str | Path, site_id: str) -> ClientKeys:
+def load_client_keys(directory: str | Path, site_id: str, server: str = COORDINATOR_KEY) -> ClientKeys:
+    """`site_id`'s key pair (a site, or the shuffler) and the public key of the `server` it dials."""
     directory = Path(directory)
-    server_public, _ = _load(directory, COORDINATOR_KEY, secret=False)
+    server_public, _ = _load(directory, server, secret=False)
     public, secret = _load(directory, site_id, secret=True)
     return ClientKeys(server_public, public, secret)
 

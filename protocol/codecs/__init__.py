@@ -5,12 +5,14 @@ from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.raw_quantile import RawQuantile
 from protocol.codecs.raw_scores import RawScores
 from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.codecs.shuffle import Shuffle
 
 CODECS: dict[str, type[Codec]] = {
     RawQuantile.name: RawQuantile,
     RawScores.name: RawScores,
     ExpMechBins.name: ExpMechBins,
     SecAggDDG.name: SecAggDDG,
+    Shuffle.name: Shuffle,
 }
 
 __all__ = ["CODECS", "Codec", "PayloadError"]

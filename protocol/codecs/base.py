@@ -12,6 +12,20 @@ class PayloadError(ValueError):
 
 class Codec(ABC):
     name: ClassVar[str]
+    #: where a site sends what it encodes: straight to the coordinator, or to the shuffler
+    #: process, which forwards a permuted batch (protocol.shuffle)
+    route: ClassVar[str] = "direct"
+
+    def wrap_request(self, body: dict) -> dict:
+        """Coordinator side: a request body as sent, with anything the site's encoder needs
+        (e.g. a key to seal to). Most codecs send the method's body unchanged."""
+        return body
+
+    @classmethod
+    def for_site(cls, body: dict) -> tuple["Codec", dict]:
+        """Site side: (the encoder for this request, the method's own request body);
+        raises PayloadError for a wrapped body it cannot read."""
+        return cls(), body
 
     @abstractmethod
     def encode(self, value: Any) -> Any:

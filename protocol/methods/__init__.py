@@ -5,6 +5,8 @@ from protocol.methods.centralized import Centralized
 from protocol.methods.ddg_quantile import DDGQuantile
 from protocol.methods.fedcp_avg import FedCPAvg
 from protocol.methods.fedcp2_qq import FedCP2QQ
+from protocol.methods.fedcp2_qq_secagg import FedCP2QQSecAgg
+from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
 from protocol.methods.fedcp_qq import FedCPQQ
 from protocol.methods.private_cp import PrivateCP, PrivateCPLocal
 
@@ -13,6 +15,8 @@ METHODS: dict[str, type[Method]] = {
     FedCPAvg.name: FedCPAvg,
     Centralized.name: Centralized,
     FedCP2QQ.name: FedCP2QQ,
+    FedCP2QQShuffled.name: FedCP2QQShuffled,
+    FedCP2QQSecAgg.name: FedCP2QQSecAgg,
     PrivateCP.name: PrivateCP,
     PrivateCPLocal.name: PrivateCPLocal,
     DDGQuantile.name: DDGQuantile,

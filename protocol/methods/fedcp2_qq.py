@@ -12,6 +12,8 @@ dropouts re-plan k at the adjusted level for the sites that answered, as in FedC
 
 from __future__ import annotations
 
+import itertools
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -50,8 +52,12 @@ class FedCP2QQ(OneShotMethod):
     def for_trial(self, public):
         if isinstance(self.bins, Bins):
             return self
-        return FedCP2QQ(self.alpha, self.epsilon, resolve_bins(self.bins_spec, public), self.gamma_grid,
-                        self.dropouts)
+        return type(self)(self.alpha, **{**self.params, "bins": resolve_bins(self.bins_spec, public)})
+
+    def local_epsilon(self, sites: int) -> float:
+        """The epsilon of each site's exponential mechanism: here the requested one (pure LDP);
+        the shuffled and securely aggregated variants derive a larger one by amplification."""
+        return self.epsilon
 
     @property
     def privacy(self):
@@ -67,14 +73,15 @@ class FedCP2QQ(OneShotMethod):
     def plan(self, sizes):
         sites = sorted(sizes)
         bins = self._bins()
-        choice = choose_gamma(tuple(sizes[s] for s in sites), self.alpha, self.epsilon, bins.count,
+        epsilon = self.local_epsilon(len(sites))
+        choice = choose_gamma(tuple(sizes[s] for s in sites), self.alpha, epsilon, bins.count,
                               self.gamma_grid, min(self.dropouts, len(sites) - 1))
         if choice is None:
             return Outcome.infinite(f"no gamma in the grid gives ell_gamma + ell_cor <= n_j at every site "
-                                    f"(epsilon={self.epsilon:g}, B={bins.count}): privacy this strong "
+                                    f"(local epsilon={epsilon:g}, B={bins.count}): privacy this strong "
                                     f"needs more data per site; the valid set is the whole line")
         gamma, plan, correction, proxy = choice
-        requests = {s: {"level": max((ell + correction) / sizes[s], 0.5), "epsilon": self.epsilon,
+        requests = {s: {"level": max((ell + correction) / sizes[s], 0.5), "epsilon": epsilon,
                         "bins": bins.as_body()} for s, ell in zip(sites, plan.ells)}
         return Planned(requests, state=(gamma, plan, correction, proxy))
 
@@ -83,14 +90,9 @@ class FedCP2QQ(OneShotMethod):
         level_alpha = 1.0 - (1.0 - self.alpha) / (1.0 - gamma * self.alpha)
         k = plan.k
         if len(answers) < plan.m:
-            order = {s: e for s, e in zip(sorted(sizes), plan.ells)}
-            answered = sorted(answers)
-            replanned = replan_after_dropouts([sizes[s] for s in answered], [order[s] for s in answered],
-                                              level_alpha)
-            if replanned.infinite:
-                return Outcome.infinite(replanned.reason, gamma=gamma, answered=len(answers),
-                                        dropped=sorted(dropped))
-            k = replanned.k
+            k = k_after_dropouts(sizes, dict(zip(sorted(sizes), plan.ells)), dropped, len(answers), level_alpha)
+            if isinstance(k, str):
+                return Outcome.infinite(k, gamma=gamma, answered=len(answers), dropped=sorted(dropped))
         bins = self._bins()
         values = sorted(bins.right_edge(b) for b in answers.values())
         return Outcome.ok(values[k - 1], ell=plan.ell if plan.ell is not None else
@@ -108,6 +110,33 @@ class FedCP2QQ(OneShotMethod):
             raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
                              f"resolve them with for_trial()")
         return self.bins
+
+
+MAX_CANDIDATES = 5000
+
+
+def k_after_dropouts(sizes: dict[str, int], ells: dict[str, int], dropped, answers: int,
+                     level_alpha: float) -> int | str:
+    """k for the sites whose bins arrived (replan_after_dropouts), or why there is none. Answers
+    may be anonymous (a shuffled batch): the senders are known, but when some of their
+    ciphertexts did not open, not which. Then every possible set of `answers` senders is tried
+    and the largest k kept (coverage grows with k), so the guarantee holds whichever it was."""
+    senders = [s for s in sorted(sizes) if s not in dropped]
+    groups = sorted({(sizes[s], ells[s]) for s in senders})
+    if len(senders) == answers or len(groups) == 1:
+        candidates = [senders[:answers]]
+    elif math.comb(len(senders), answers) <= MAX_CANDIDATES:
+        candidates = itertools.combinations(senders, answers)
+    else:
+        return (f"{len(senders) - answers} of {len(senders)} sealed messages did not open and the sites "
+                f"differ in size: too many possibilities ({len(senders)} choose {answers}) to plan for all")
+    best = None
+    for chosen in candidates:
+        replanned = replan_after_dropouts([sizes[s] for s in chosen], [ells[s] for s in chosen], level_alpha)
+        if replanned.infinite:
+            return replanned.reason
+        best = replanned.k if best is None else max(best, replanned.k)
+    return best
 
 
 @lru_cache(maxsize=256)

@@ -1,0 +1,119 @@
+"""FedCP²-QQ with each site's private bin summed by secure aggregation (paper 000 section 4,
+'Privacy amplification by shuffling or aggregation').
+
+Each site runs FedCP²-QQ's exponential mechanism at its level, encodes the bin as a one-hot
+vector of length B on Z_M (M = 2^bits > m, so counts never wrap) and takes part in the four
+secure aggregation phases of protocol.secagg; the coordinator learns only the histogram of the
+bins, reads the multiset off it and takes the k-th smallest exactly as FedCP²-QQ does. The
+histogram is what a shuffle reveals (the multiset of messages), so the central (epsilon, delta)
+is accounted by the same amplification bound (FMT21), with the same assumption as the shuffled
+variant (protocol.methods.fedcp2_qq_shuffle). Sites whose input is not in the sum (dropouts in
+any phase) are replanned for as in FedCP²-QQ; the central epsilon is for the bins summed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.dp import Bins
+from protocol.methods.base import Outcome, RequestError
+from protocol.methods.ddg_quantile import SECAGG_SPEC, _Refused
+from protocol.methods.fedcp2_qq import FedCP2QQ
+from protocol.methods.fedcp2_qq_shuffle import DELTA_SPEC, amplified_local_epsilon, central_privacy
+from protocol.methods.private_bin import PrivateQuantileBin, bins_from_request
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.secagg.graph import default_degree, default_threshold
+from protocol.secagg.protocol import Aggregate, SecAggParams
+from protocol.shuffle import anonymous_label
+
+
+class FedCP2QQSecAgg(FedCP2QQ):
+    name = "fedcp2_qq_secagg"
+    codec = "secagg_ddg"
+    phases = ("advertise", "share", "mask", "unmask")
+    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC, "secagg": SECAGG_SPEC}
+    MODEL = "central: eps0-LDP one-hot bins, securely summed (FMT21)"
+
+    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, secagg=None):
+        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts)
+        self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
+        self.params.update(delta=float(delta), secagg=self.secagg)
+        self.delta = float(delta)
+
+    @property
+    def privacy(self):
+        return {"epsilon": self.epsilon, "model": self.MODEL}
+
+    def local_epsilon(self, sites: int) -> float:
+        return amplified_local_epsilon(self.epsilon, max(1, sites - self.dropouts), self.delta)
+
+    def make_codec(self):
+        return SecAggDDG(self._bins().count)
+
+    def coordinator(self, sizes, rng):
+        sizes = dict(sizes)
+        m = len(sizes)
+        if m < 2:
+            return _Refused(Outcome.aborted(f"secure aggregation needs at least 2 sites, {m} joined"))
+        planned = self.plan(sizes)
+        if isinstance(planned, Outcome):
+            return _Refused(planned)
+        bins = self._bins()
+        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
+        try:
+            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, degree,
+                                  self.secagg["threshold"] or default_threshold(degree))
+        except ValueError as exc:
+            return _Refused(Outcome.aborted(f"secure aggregation parameters: {exc}"))
+        first = next(iter(planned.requests.values()))
+        public = {"levels": {s: r["level"] for s, r in planned.requests.items()}, "epsilon": first["epsilon"],
+                  "bins": bins.as_body()}
+        return SecureSumCoordinator(params, sorted(sizes), rng, public,
+                                    lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng))
+
+    def finish(self, aggregate: Aggregate, sizes, planned, bins: Bins, rng) -> Outcome:
+        if not aggregate.ok:
+            return Outcome.aborted(f"secure aggregation: {aggregate.reason}", answered=len(aggregate.included),
+                                   dropped=sorted(aggregate.dropped))
+        counts = aggregate.total.astype(np.int64)
+        if int(counts.sum()) != len(aggregate.included):
+            return Outcome.aborted(f"the summed histogram counts {int(counts.sum())} bins for "
+                                   f"{len(aggregate.included)} sites: some input was not one-hot")
+        answers = {anonymous_label(i): int(b) for i, b in enumerate(np.repeat(np.arange(bins.count), counts))}
+        dropped = {s: f"not in the sum ({aggregate.dropped.get(s, 'dropped')})" for s in sizes
+                   if s not in aggregate.included}
+        outcome = self.combine(sizes, planned, answers, dropped, rng)
+        outcome.details.update(central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon,
+                                               self.delta))
+        return outcome
+
+    @classmethod
+    def site(cls, scores, rng):
+        raise RequestError("fedcp2_qq_secagg's site half needs its site id (built by site_for)")
+
+    @classmethod
+    def site_for(cls, scores, rng, site_id, session):
+        def one_hot(public, params: SecAggParams) -> np.ndarray:
+            level = public["levels"].get(site_id)
+            if level is None:
+                raise RequestError(f"no level for {site_id} in the request")
+            bin_index = PrivateQuantileBin(scores, rng).answer(
+                "mask", {"level": level, "epsilon": public["epsilon"], "bins": public["bins"]})
+            if params.length != public["bins"]["count"]:
+                raise RequestError(f"the session's vectors have {params.length} entries, not B")
+            vector = np.zeros(params.length, dtype=np.uint64)
+            vector[bin_index] = 1
+            return vector
+
+        return SecureSumSite(site_id, one_hot, check_public)
+
+
+def check_public(public) -> None:
+    if not isinstance(public, dict) or set(public) != {"levels", "epsilon", "bins"}:
+        raise RequestError(f"expected levels, epsilon and bins; got {sorted(public) if isinstance(public, dict) else public!r}")
+    if not isinstance(public["levels"], dict):
+        raise RequestError("levels must map site ids to levels")
+    bins_from_request(public["bins"])

@@ -1,0 +1,76 @@
+"""The shuffler's logic, sans I/O: collect one batch of sealed messages, permute, forward.
+
+For a shuffled phase the coordinator opens a batch at the shuffler (the sites expected and a
+deadline), then sends its requests; each site seals its answer to the coordinator's session key
+(protocol.codecs.shuffle) and sends the ciphertext to the shuffler. A batch accepts at most one
+ciphertext per expected site, refuses an exact copy of a ciphertext it already holds (a replay
+under another name), and is forwarded when every expected site sent or the deadline passed:
+the ciphertexts in a uniformly random order drawn from the operating system's CSPRNG, with the
+set of senders (who took part is no secret; who sent what is) and nothing else about them.
+The shuffler holds ciphertexts only: it has no key that opens them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+MAX_CIPHERTEXT = 4096
+
+
+def secure_permutation(count: int) -> list[int]:
+    """A uniformly random permutation of range(count): Fisher-Yates with `secrets.randbelow`
+    (the OS CSPRNG), so that no seed, and nothing the coordinator knows, predicts it."""
+    order = list(range(count))
+    for i in range(count - 1, 0, -1):
+        j = secrets.randbelow(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def anonymous_label(index: int) -> str:
+    """The key under which the coordinator hands the method the index-th message of a shuffled
+    batch: a position in the permuted batch, never a site id."""
+    return f"#{index:05d}"
+
+
+@dataclass
+class ShuffleBatch:
+    session: int
+    phase: str
+    expected: frozenset[str]
+    received: dict[str, bytes] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # wire bytes of each accepted message
+    refused: dict[str, str] = field(default_factory=dict)
+
+    def offer(self, sender: str, phase: str, ciphertext: bytes, nbytes: int = 0) -> str | None:
+        """None if accepted, else why not (for the shuffler's log)."""
+        if phase != self.phase:
+            return f"sealed message for phase {phase!r} while phase {self.phase!r} is open"
+        if sender not in self.expected:
+            return f"{sender} is not expected in this batch"
+        if sender in self.received:
+            return f"second sealed message from {sender} in this batch"
+        if not isinstance(ciphertext, bytes) or not 0 < len(ciphertext) <= MAX_CIPHERTEXT:
+            self.refused.setdefault(sender, "ciphertext of impossible length")
+            return f"ciphertext from {sender} of impossible length"
+        if ciphertext in self.received.values():
+            self.refused.setdefault(sender, "copy of a ciphertext already in the batch")
+            return f"{sender} sent a copy of a ciphertext already in the batch (replay)"
+        self.received[sender] = ciphertext
+        self.sizes[sender] = nbytes
+        self.refused.pop(sender, None)
+        return None
+
+    @property
+    def complete(self) -> bool:
+        return set(self.received) >= self.expected
+
+    def forward(self) -> dict:
+        """The `batch` payload: ciphertexts in a fresh random order, the senders sorted."""
+        senders = sorted(self.received)
+        items = [self.received[s] for s in senders]
+        order = secure_permutation(len(items))
+        return {"phase": self.phase, "ciphertexts": [items[i] for i in order], "senders": senders,
+                "refused": {s: r for s, r in sorted(self.refused.items()) if s not in self.received},
+                "received": {s: self.sizes[s] for s in senders}}

@@ -1,0 +1,131 @@
+"""The shuffler process: between the sites and the coordinator, holding ciphertexts only.
+
+A ROUTER where sites connect (one DEALER each, their routing id their site id; CURVE with an
+allow-list of site keys when the run has keys) and a DEALER to the coordinator, routing id
+`shuffler`. The coordinator opens a batch (`batch_open`: phase, expected sites, deadline in
+seconds); sites send `sealed` messages; the batch (protocol.shuffle.ShuffleBatch) is forwarded
+as one `batch` message when complete or at its deadline, and closed: a sealed message for a
+forwarded batch is refused as late. Every refusal is logged with its reason; the log names
+senders, sessions and byte counts, never a ciphertext's content. The process has no key that
+opens a ciphertext: the session keys live in the coordinator's codec.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import zmq
+
+from protocol.phases import SequenceGuard
+from protocol.shuffle import ShuffleBatch
+from protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
+from transport.channel import CoordinatorChannel, SiteChannel
+from transport.security import ClientKeys, ServerKeys
+
+log = logging.getLogger("quorum.shuffler")
+FORGET_AFTER = 10_000  # forwarded (session, phase) pairs remembered to call late messages late
+
+
+def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: ServerKeys | None = None,
+          client_keys: ClientKeys | None = None, parent_alive=None, idle_timeout: float | None = None) -> int:
+    """Serve until the coordinator says shutdown. on_bound(endpoint) is called once the sites'
+    socket is bound (the launcher passes the endpoint on to the sites)."""
+    sites = CoordinatorChannel(bind, keys=server_keys)
+    upstream = SiteChannel(coordinator_endpoint, SHUFFLER_ID, keys=client_keys)
+    if on_bound is not None:
+        on_bound(sites.endpoint)
+    upstream.send("hello", 0, {"pid": os.getpid()})
+    log.info("shuffler (pid %d): sites connect to %s; forwarding to %s", os.getpid(), sites.endpoint,
+             coordinator_endpoint)
+    poller = zmq.Poller()
+    poller.register(sites.socket, zmq.POLLIN)
+    poller.register(upstream.socket, zmq.POLLIN)
+    open_batches: dict[tuple[int, str], tuple[ShuffleBatch, float]] = {}
+    forwarded: list[tuple[int, str]] = []
+    site_guard, coordinator_guard = SequenceGuard(), SequenceGuard()
+    last_heard = time.monotonic()
+    try:
+        while True:
+            due = min((deadline for _, deadline in open_batches.values()), default=time.monotonic() + 1.0)
+            ready = dict(poller.poll(max(0, int(1000 * min(1.0, due - time.monotonic())))))
+            if upstream.socket in ready:
+                last_heard = time.monotonic()
+                incoming = upstream.receive(0)
+                envelope = incoming.envelope if incoming else None
+                reason = incoming.reason if incoming else "nothing received"
+                if envelope is not None and envelope.type not in COORDINATOR_TO_SHUFFLER:
+                    reason = f"message type {envelope.type!r} is not sent to the shuffler"
+                if envelope is not None and reason is None:
+                    reason = coordinator_guard.check(envelope)
+                if reason:
+                    log.warning("refused a coordinator message: %s", reason)
+                elif envelope.type == "shutdown":
+                    log.info("shutdown received")
+                    return 0
+                else:
+                    p = envelope.payload
+                    key = (envelope.session, p["phase"])
+                    expected = frozenset(s for s in p["expected"] if isinstance(s, str))
+                    open_batches[key] = (ShuffleBatch(envelope.session, p["phase"], expected),
+                                         time.monotonic() + float(p["deadline"]))
+                    log.info("batch open: session %d, phase %s, %d sites, %.1f s", envelope.session,
+                             p["phase"], len(expected), float(p["deadline"]))
+            if sites.socket in ready:
+                incoming = sites.receive(0)
+                _offer(incoming, open_batches, forwarded, site_guard)
+            now = time.monotonic()
+            for key, (batch, deadline) in list(open_batches.items()):
+                if batch.complete or now >= deadline:
+                    payload = batch.forward()
+                    upstream.send("batch", batch.session, payload)
+                    del open_batches[key]
+                    forwarded.append(key)
+                    del forwarded[:-FORGET_AFTER]
+                    log.info("batch forwarded: session %d, phase %s, %d of %d sealed messages%s", key[0], key[1],
+                             len(payload["senders"]), len(batch.expected),
+                             "" if batch.complete else " (deadline passed)")
+            if not ready:
+                if parent_alive is not None and not parent_alive():
+                    log.warning("the launching process is gone; exiting")
+                    return 1
+                if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
+                    log.warning("nothing heard from the coordinator for %.0f s; exiting", idle_timeout)
+                    return 1
+    finally:
+        sites.close()
+        upstream.close()
+
+
+def _offer(incoming, open_batches, forwarded, guard: SequenceGuard) -> None:
+    if incoming is None:
+        return
+    envelope, reason = incoming.envelope, incoming.reason
+    if envelope is not None and reason is None:
+        key = (envelope.session, envelope.payload.get("phase"))
+        if envelope.type not in SITE_TO_SHUFFLER:
+            reason = f"message type {envelope.type!r} is not sent to the shuffler"
+        elif envelope.sender != incoming.peer:
+            reason = f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
+        elif sites_curve_mismatch(incoming):
+            reason = f"connection authenticated as {incoming.user_id!r} sent as {incoming.peer!r}"
+        elif key in forwarded:  # checked before the sequence: a late message is refused as late
+            reason = f"late: the batch of session {key[0]}, phase {key[1]} was already forwarded"
+        else:
+            reason = guard.check(envelope)
+        if reason is None:
+            if key in open_batches:
+                reason = open_batches[key][0].offer(envelope.sender, key[1], envelope.payload["ciphertext"],
+                                                    incoming.nbytes)
+            else:
+                reason = f"no batch is open for session {key[0]}, phase {key[1]}"
+    if reason:
+        log.warning("refused a message of %d bytes from %s: %s", incoming.nbytes, incoming.peer, reason)
+    else:
+        log.info("sealed message of %d bytes from %s (session %d)", incoming.nbytes, envelope.sender,
+                 envelope.session)
+
+
+def sites_curve_mismatch(incoming) -> bool:
+    return incoming.user_id is not None and incoming.user_id != incoming.peer
