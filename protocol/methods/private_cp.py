@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.codecs import CODECS
+from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.dp import Bins, optimal_bins_and_gamma, optimal_gamma, private_level, private_quantile_bin
 from protocol.methods.base import OneShotMethod, Outcome, Planned
 from protocol.methods.centralized import AllScores
@@ -130,10 +131,9 @@ class PrivateCPLocal(_PrivateCPBase):
         return PrivateQuantileBin(scores, rng)
 
 
-class _PerSiteBins:
+class _PerSiteBins(ExpMechBins):
     """Decoder for bin indices whose range differs per site: the range is checked in combine()."""
 
-    name = "exp_mech_bins"
     largest = 1  # the largest B_j of the session, set when planning
 
     def decode(self, body):
