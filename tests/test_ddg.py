@@ -47,19 +47,23 @@ def test_lemma_9_bounds_the_exact_renyi_divergence():
     """Privacy by exact computation: the pmf of the sum of n discrete Gaussians (by convolution),
     shifted by the sensitivity, has Renyi divergence D_a <= a eps^2 / 2 at every order tried."""
     n, sigma2, c = 4, 1.0, 3
+    eps = ddg_concentrated_epsilon(c, n, sigma2, 1)
+    for a in (1.5, 2, 5, 10, 30):
+        assert shifted_sum_renyi_divergence(n, sigma2, c, a) <= a * eps**2 / 2 + 1e-9
+
+
+def shifted_sum_renyi_divergence(n: int, sigma2: float, c: int, a: float) -> float:
+    """D_a(S(. - c) || S) for S the pmf of the sum of n N_Z(0, sigma2), by exact convolution on
+    the common support."""
     support = np.arange(-60, 61)
     one = np.exp(-support.astype(float) ** 2 / (2 * sigma2))
     one /= one.sum()
     total = one
     for _ in range(n - 1):
         total = np.convolve(total, one)
-    p, q = total[c:], total[:-c]  # P(x) = S(x - c) against Q(x) = S(x), on the common support
-    eps = ddg_concentrated_epsilon(c, n, sigma2, 1)
+    p, q = total[c:], total[:-c]
     mask = (p > 1e-300) & (q > 1e-300)
-    log_p, log_q = np.log(p[mask]), np.log(q[mask])
-    for a in (1.5, 2, 5, 10, 30):
-        divergence = logsumexp(a * log_p + (1 - a) * log_q) / (a - 1)
-        assert divergence <= a * eps**2 / 2 + 1e-9
+    return float(logsumexp(a * np.log(p[mask]) + (1 - a) * np.log(q[mask])) / (a - 1))
 
 
 def test_exact_hierarchical_accounting_bounds_the_exact_renyi_divergence():
@@ -67,13 +71,6 @@ def test_exact_hierarchical_accounting_bounds_the_exact_renyi_divergence():
     exact Renyi divergence is L times the one-entry value. Lemma 9 with S2 = c sqrt(L), S1 = c L
     must bound it at every order; the printed theorem 2 (S = c L) is looser still."""
     n, sigma2, c, levels = 3, 1.0, 2, 3
-    support = np.arange(-60, 61)
-    one = np.exp(-support.astype(float) ** 2 / (2 * sigma2))
-    one /= one.sum()
-    total = one
-    for _ in range(n - 1):
-        total = np.convolve(total, one)
-    log_p, log_q = np.log(np.maximum(total[c:], 1e-300)), np.log(np.maximum(total[:-c], 1e-300))
     bins = 1 << levels
     exact = histogram_concentrated_epsilon(c, n, sigma2, bins, True, "exact")
     printed = histogram_concentrated_epsilon(c, n, sigma2, bins, True, "paper")
@@ -81,8 +78,7 @@ def test_exact_hierarchical_accounting_bounds_the_exact_renyi_divergence():
     s2, s1, d = histogram_sensitivities(c, bins, True, "exact")
     assert (s2, s1, d) == pytest.approx((c * math.sqrt(levels), c * levels, 2 * bins - 2))
     for a in (1.5, 2, 5, 10, 30):
-        divergence = levels * logsumexp(a * log_p + (1 - a) * log_q) / (a - 1)
-        assert divergence <= a * exact**2 / 2 + 1e-9
+        assert levels * shifted_sum_renyi_divergence(n, sigma2, c, a) <= a * exact**2 / 2 + 1e-9
     # flat histograms: both accountings agree (S1 = S2 = c)
     assert histogram_concentrated_epsilon(c, n, sigma2, bins, False, "exact") == \
         histogram_concentrated_epsilon(c, n, sigma2, bins, False, "paper")
