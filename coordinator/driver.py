@@ -223,7 +223,7 @@ class Coordinator:
         take `error`s from sites directly and the permuted batch from the shuffler. Answers come
         back under anonymous labels (their place in the batch); sites are dropouts when they
         refused, or when the shuffler forwarded nothing from them (with its reason)."""
-        self._answer_rows, self._batch = {}, None
+        self._batch = None
         if self.shuffler_pid is None:
             dropped = {site: "no shuffler is connected to this run" for site in sends}
             for site, reason in dropped.items():

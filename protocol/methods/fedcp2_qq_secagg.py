@@ -21,8 +21,7 @@ from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.dp import Bins
 from protocol.methods.base import Outcome, RequestError
 from protocol.methods.ddg_quantile import SECAGG_SPEC, _Refused
-from protocol.methods.fedcp2_qq import FedCP2QQ
-from protocol.methods.fedcp2_qq_shuffle import DELTA_SPEC, amplified_local_epsilon, central_privacy
+from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
 from protocol.methods.private_bin import PrivateQuantileBin, bins_from_request
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.secagg.graph import default_degree, default_threshold
@@ -30,25 +29,18 @@ from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
 
 
-class FedCP2QQSecAgg(FedCP2QQ):
+class FedCP2QQSecAgg(FedCP2QQShuffled):
+    """The shuffled variant's accounting (eps_0, central epsilon in combine) over another transport."""
+
     name = "fedcp2_qq_secagg"
     codec = "secagg_ddg"
     phases = ("advertise", "share", "mask", "unmask")
-    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC, "secagg": SECAGG_SPEC}
+    PARAMS = {**FedCP2QQShuffled.PARAMS, "secagg": SECAGG_SPEC}
     MODEL = "central: eps0-LDP one-hot bins, securely summed (FMT21)"
 
     def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, secagg=None):
-        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts)
-        self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
-        self.params.update(delta=float(delta), secagg=self.secagg)
-        self.delta = float(delta)
-
-    @property
-    def privacy(self):
-        return {"epsilon": self.epsilon, "model": self.MODEL}
-
-    def local_epsilon(self, sites: int) -> float:
-        return amplified_local_epsilon(self.epsilon, max(1, sites - self.dropouts), self.delta)
+        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts, delta)
+        self.params["secagg"] = self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
 
     def make_codec(self):
         return SecAggDDG(self._bins().count)
@@ -85,10 +77,7 @@ class FedCP2QQSecAgg(FedCP2QQ):
         answers = {anonymous_label(i): int(b) for i, b in enumerate(np.repeat(np.arange(bins.count), counts))}
         dropped = {s: f"not in the sum ({aggregate.dropped.get(s, 'dropped')})" for s in sizes
                    if s not in aggregate.included}
-        outcome = self.combine(sizes, planned, answers, dropped, rng)
-        outcome.details.update(central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon,
-                                               self.delta))
-        return outcome
+        return self.combine(sizes, planned, answers, dropped, rng)
 
     @classmethod
     def site(cls, scores, rng):
