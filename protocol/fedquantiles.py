@@ -1,0 +1,135 @@
+"""Federated quantile estimation (paper 004, section 5).
+
+- `naive_table_quantile`: the smallest bin limit whose table CDF exceeds p (section 5.2).
+- YJ table (eq. 6-9): lambda in [0, 2] maximizing cor(Phi^-1(F(b_k)), h_lambda(b_k)) over the
+  interior limits, a_0 and a_1 by least squares, Q_p = h^-1(a_0 + a_1 Phi^-1(p)). One pass: only
+  the K-anonymous table is used.
+- YJ likelihood (eq. 10-12), one pass: every site returns, for a public grid of lambda values,
+  n_l, sum h_lambda(x), sum h_lambda(x)^2 and sum sign(x) log(|x| + 1); the coordinator takes
+  the grid point of largest log likelihood and Q_p = h^-1(mu + sigma Phi^-1(p)).
+- Quantile loss (eq. 4): iterative; each round every site returns its loss and (sub)gradient at
+  the coordinator's q. Not privacy preserving (section 5.1: the loss changes slope at every data
+  value, so repeated calls reveal the values); reported as such.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, stats
+
+LAMBDA_RANGE = (0.0, 2.0)  # eq. (9): h_lambda maps onto R only for 0 <= lambda <= 2
+
+
+def yeo_johnson(x: np.ndarray, lam: float) -> np.ndarray:
+    """Eq. (5), the Yeo-Johnson transformation h_lambda."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty_like(x)
+    pos = x >= 0
+    if abs(lam) > 1e-12:
+        out[pos] = ((1.0 + x[pos]) ** lam - 1.0) / lam
+    else:
+        out[pos] = np.log1p(x[pos])
+    if abs(lam - 2.0) > 1e-12:
+        out[~pos] = -((1.0 - x[~pos]) ** (2.0 - lam) - 1.0) / (2.0 - lam)
+    else:
+        out[~pos] = -np.log1p(-x[~pos])
+    return out
+
+
+def yeo_johnson_inverse(z: np.ndarray, lam: float) -> np.ndarray:
+    """h_lambda^-1, defined on all of R for lambda in [0, 2] (eq. 9)."""
+    z = np.asarray(z, dtype=float)
+    out = np.empty_like(z)
+    pos = z >= 0
+    if abs(lam) > 1e-12:
+        out[pos] = (1.0 + lam * z[pos]) ** (1.0 / lam) - 1.0
+    else:
+        out[pos] = np.expm1(z[pos])
+    if abs(lam - 2.0) > 1e-12:
+        out[~pos] = 1.0 - (1.0 - (2.0 - lam) * z[~pos]) ** (1.0 / (2.0 - lam))
+    else:
+        out[~pos] = -np.expm1(-z[~pos])
+    return out
+
+
+def table_cdf(counts: np.ndarray) -> np.ndarray:
+    """F-hat at the upper limit of each bin of a one-group table."""
+    counts = np.asarray(counts, dtype=float)
+    return np.cumsum(counts) / counts.sum()
+
+
+def naive_table_quantile(limits: np.ndarray, counts: np.ndarray, p: float) -> float:
+    """Section 5.2: the smallest bin limit b_i with F-hat(b_i) > p (>= for the last)."""
+    cdf = table_cdf(counts)
+    i = int(np.searchsorted(cdf, p, side="right"))
+    return float(np.asarray(limits, dtype=float)[1 + min(i, cdf.size - 1)])
+
+
+def yj_table_fit(limits: np.ndarray, counts: np.ndarray) -> tuple[float, float, float]:
+    """Eq. (6) and (8): (lambda, a_0, a_1) from the interior limits whose CDF lies in (0, 1)."""
+    limits = np.asarray(limits, dtype=float)
+    cdf = table_cdf(counts)[:-1]
+    interior = limits[1:-1]
+    keep = (cdf > 0) & (cdf < 1)
+    b, z = interior[keep], stats.norm.ppf(cdf[keep])
+    if b.size < 2:
+        raise ValueError(f"the YJ table method needs two interior limits with 0 < F < 1, the table has {b.size}")
+
+    def negative_correlation(lam):
+        h = yeo_johnson(b, lam)
+        return -float(np.corrcoef(z, h)[0, 1]) if np.std(h) > 0 else 1.0
+
+    grid = np.linspace(*LAMBDA_RANGE, 41)
+    best = grid[int(np.argmin([negative_correlation(v) for v in grid]))]
+    lo, hi = max(LAMBDA_RANGE[0], best - 0.05), min(LAMBDA_RANGE[1], best + 0.05)
+    lam = float(optimize.minimize_scalar(negative_correlation, bounds=(lo, hi), method="bounded").x)
+    a1, a0 = np.polyfit(z, yeo_johnson(b, lam), 1)
+    return lam, float(a0), float(a1)
+
+
+def yj_table_quantile(limits, counts, p: float) -> float:
+    """Eq. (7)."""
+    lam, a0, a1 = yj_table_fit(limits, counts)
+    return float(yeo_johnson_inverse(np.array([a0 + a1 * stats.norm.ppf(p)]), lam)[0])
+
+
+def lambda_grid(points: int = 101) -> list[float]:
+    return [float(v) for v in np.linspace(*LAMBDA_RANGE, points)]
+
+
+def yj_site_moments(values: np.ndarray, grid: list[float]) -> dict:
+    """A site's answer for the one-pass YJ likelihood: n_l, per-lambda sum h and sum h^2, and
+    sum sign(x) log(|x| + 1) (the Jacobian term of eq. 10)."""
+    x = np.asarray(values, dtype=float)
+    h = [yeo_johnson(x, lam) for lam in grid]
+    return {"n": int(x.size), "sum_h": [float(v.sum()) for v in h], "sum_h2": [float((v * v).sum()) for v in h],
+            "jacobian": float(np.sum(np.sign(x) * np.log1p(np.abs(x))))}
+
+
+def yj_likelihood_fit(moments: list[dict], grid: list[float]) -> tuple[float, float, float, np.ndarray]:
+    """Eq. (10)-(11) summed over sites: (lambda-hat, mu, sigma, log likelihood on the grid)."""
+    n = sum(m["n"] for m in moments)
+    s1 = np.sum([m["sum_h"] for m in moments], axis=0)
+    s2 = np.sum([m["sum_h2"] for m in moments], axis=0)
+    jac = sum(m["jacobian"] for m in moments)
+    mean = s1 / n
+    var = np.maximum(s2 / n - mean ** 2, 1e-300)
+    loglik = -n / 2.0 * np.log(var) + (np.asarray(grid) - 1.0) * jac
+    i = int(np.argmax(loglik))
+    return float(grid[i]), float(mean[i]), float(math.sqrt(var[i])), loglik
+
+
+def yj_likelihood_quantile(moments: list[dict], grid: list[float], p: float) -> float:
+    """Eq. (12) at the grid maximizer."""
+    lam, mu, sigma, _ = yj_likelihood_fit(moments, grid)
+    return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
+
+
+def quantile_loss_terms(values: np.ndarray, q: float, p: float) -> dict:
+    """A site's answer in the iterative quantile-loss method: its part of eq. (4) at q and the
+    right derivative, (1 - p) #{y <= q} - p #{y > q}."""
+    y = np.asarray(values, dtype=float)
+    loss = float((p - 1.0) * np.sum(y[y < q] - q) + p * np.sum(y[y >= q] - q))
+    return {"loss": loss, "slope": float((1.0 - p) * np.sum(y <= q) - p * np.sum(y > q)), "n": int(y.size)}
