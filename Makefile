@@ -26,6 +26,7 @@ bench: $(VENV)/.installed
 	$(PY) bench/comm_cost.py
 	$(PY) bench/scoring_throughput.py
 	$(PY) bench/secagg_sum.py
+	$(PY) bench/paper004_quantiles.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -230,6 +230,8 @@ def first_release(groups: list[np.ndarray], k: int, rng: np.random.Generator, ex
                   bounds: tuple[float, float] | None = None) -> Release:
     """The largest site's table (section 3.1, algorithm 1): greedy cuts, anonymized limits and
     extreme limits. `groups` are the site's values per group (one group for quantiles)."""
+    if extremes not in EXTREMES:
+        raise ValueError(f"extremes must be one of {EXTREMES}, got {extremes!r}")
     groups = [np.sort(np.asarray(g, dtype=float)) for g in groups]
     if extremes == "bounds":
         check_bounds(groups, bounds)

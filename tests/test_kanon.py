@@ -167,3 +167,12 @@ def test_cells_merge_left_to_right_and_a_short_tail_joins_the_previous_cell():
 
 def test_site_counts_use_right_closed_bins():
     assert [list(c) for c in site_counts([0.0, 1.0, 2.0], [np.array([0.0, 1.0, 1.5, 2.0])])] == [[2, 2]]
+
+
+def test_release_travels_as_msgpack_unchanged():
+    import msgpack
+
+    release = first_release([np.arange(40.0), np.arange(25.0) + 0.25], 10, np.random.default_rng(5))
+    assert Release.from_wire(msgpack.unpackb(msgpack.packb(release.to_wire()))) == release
+    with pytest.raises(ValueError, match="extremes"):
+        first_release([np.arange(40.0)], 10, np.random.default_rng(5), "none")
