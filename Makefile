@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test test-all bench paper001-fig2 clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ bench: $(VENV)/.installed
 	$(PY) bench/scoring_throughput.py
 	$(PY) bench/secagg_sum.py
 	$(PY) bench/paper004_quantiles.py
+
+paper001-fig2: $(VENV)/.installed
+	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
