@@ -21,7 +21,7 @@ import zmq
 from protocol.phases import SequenceGuard
 from protocol.shuffle import ShuffleBatch
 from protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
-from transport.channel import CoordinatorChannel, SiteChannel
+from transport.channel import CoordinatorChannel, SiteChannel, orphaned
 from transport.security import ClientKeys, ServerKeys
 
 log = logging.getLogger("quorum.shuffler")
@@ -87,11 +87,9 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                              len(payload["senders"]), len(batch.expected),
                              "" if batch.complete else " (deadline passed)")
             if not ready:
-                if parent_alive is not None and not parent_alive():
-                    log.warning("the launching process is gone; exiting")
-                    return 1
-                if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
-                    log.warning("nothing heard from the coordinator for %.0f s; exiting", idle_timeout)
+                reason = orphaned(parent_alive, last_heard, idle_timeout, " from the coordinator")
+                if reason:
+                    log.warning(reason)
                     return 1
     finally:
         sites.close()

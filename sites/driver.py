@@ -21,7 +21,7 @@ from protocol.phases import SequenceGuard
 from protocol.randomness import SESSIONS_PER_TRIAL
 from protocol.wire import COORDINATOR_TO_SITE
 from sites.local import SiteLocal
-from transport.channel import SiteChannel
+from transport.channel import SiteChannel, orphaned
 from transport.faults import FaultInjector, kill_self
 from transport.outbox import Outbox
 from transport.security import ClientKeys
@@ -55,11 +55,9 @@ def serve(site_id: str, endpoint: str, workdir: str, *, parent_alive=None,
                 to_shuffler[1].flush()
             _log_faults(faults)
             if incoming is None:
-                if parent_alive is not None and not parent_alive():
-                    log.warning("the launching process is gone; exiting")
-                    return 1
-                if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
-                    log.warning("nothing heard for %.0f s; exiting", idle_timeout)
+                reason = orphaned(parent_alive, last_heard, idle_timeout)
+                if reason:
+                    log.warning(reason)
                     return 1
                 continue
             last_heard = time.monotonic()

@@ -9,6 +9,7 @@ ZeroMQ context, whose ZAP handler admits allow-listed site keys only.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 
 import zmq
@@ -136,3 +137,13 @@ class SiteChannel(_Channel):
         if len(frames) != 1:
             return Incoming(COORDINATOR_ID, nbytes, reason=f"expected one frame, got {len(frames)}")
         return self._decode(COORDINATOR_ID, frames[0], nbytes)
+
+
+def orphaned(parent_alive, last_heard: float, idle_timeout: float | None, heard_from: str = "") -> str | None:
+    """Why a started process (site or shuffler) should exit while it waits: its launcher is gone,
+    or nothing was heard for `idle_timeout` seconds; None to keep waiting."""
+    if parent_alive is not None and not parent_alive():
+        return "the launching process is gone; exiting"
+    if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
+        return f"nothing heard{heard_from} for {idle_timeout:.0f} s; exiting"
+    return None
