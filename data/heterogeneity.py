@@ -4,7 +4,9 @@
   sort       covariate shift: sites take consecutive blocks after sorting on a feature
   response   response shift: the same, sorting on the response
   cluster    covariate shift: sorting on k-means cluster labels (k = number of sites)
-  location   paper 004 section 4.6: each site's responses shifted by alpha_j ~ N(0, sigma^2)
+  location   paper 004 section 4.6: each site's responses shifted by alpha_j ~ N(0, sigma^2);
+             with sigma_treatment > 0, its treatment group (two_sample data) also by
+             beta_j - delta ~ N(0, sigma_treatment^2) (the paper's sigma_beta)
   scale      paper 004 section 5.4: each site's responses multiplied by exp(alpha_j)
   dirichlet  label skew (classification): site j's class mix ~ Dirichlet(concentration)
 
@@ -27,6 +29,7 @@ HETEROGENEITY_FIELDS = {
     "strength": {"type": "float", "ge": 0, "le": 1, "default": 1.0},
     "sigma": {"type": "float", "ge": 0, "default": 0.5},
     "concentration": {"type": "float", "gt": 0, "default": 0.5},
+    "sigma_treatment": {"type": "float", "ge": 0, "default": 0.0},
 }
 
 
@@ -88,6 +91,22 @@ def site_shifts(spec: dict, m: int, rng: np.random.Generator) -> np.ndarray:
     if spec["kind"] in ("location", "scale"):
         return rng.normal(0.0, spec["sigma"], m)
     return np.zeros(m)
+
+
+def treatment_shifts(spec: dict, m: int, rng: np.random.Generator) -> np.ndarray:
+    """Paper 004 section 4.6: beta_l - delta ~ N(0, sigma_beta^2) per site (location kind only)."""
+    if spec["kind"] == "location" and spec.get("sigma_treatment", 0.0) > 0:
+        return rng.normal(0.0, spec["sigma_treatment"], m)
+    return np.zeros(m)
+
+
+def treatment_group(X: np.ndarray) -> np.ndarray:
+    """The group of each point of two-sample data: the first feature (a 0/1 indicator, standardized
+    by the harness) above zero; all False for data without features or with a constant one."""
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] == 0:
+        return np.zeros(len(X), dtype=bool)
+    return X[:, 0] > 0
 
 
 def shift_response(kind: str, y: np.ndarray, alpha: float) -> np.ndarray:

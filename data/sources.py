@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,11 +39,27 @@ class Synthetic:
         "generator": {"type": "str", "choices": sorted(GENERATORS)},
         "n": {"type": "int", "min": 2},
         "n_test": {"type": "int", "min": 1, "default": None},
+        # keyword arguments of the generator (e.g. paper004_shift's delta, paper004_gamma's shape)
+        "options": {"type": "any", "default": {}},
     }
 
     @staticmethod
     def task(params) -> str:
         return "regression"
+
+    @staticmethod
+    def check(params) -> tuple[str, str, object] | None:
+        options = params.get("options") or {}
+        if not isinstance(options, dict):
+            return ("data.options", "a mapping of generator arguments", options)
+        allowed = [name for name in inspect.signature(GENERATORS[params["generator"]]).parameters][2:]
+        for key, value in options.items():
+            if key not in allowed:
+                return (f"data.options.{key}", f"an argument of {params['generator']} ({', '.join(allowed) or 'none'})",
+                        value)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return (f"data.options.{key}", "a number", value)
+        return None
 
     @staticmethod
     def rows(params) -> int:
@@ -50,9 +68,10 @@ class Synthetic:
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
         generate = GENERATORS[params["generator"]]
-        X, y = generate(params["n"], rng)
+        options = params.get("options") or {}
+        X, y = generate(params["n"], rng, **options)
         if params.get("n_test"):
-            X_test, y_test = generate(params["n_test"], rng)
+            X_test, y_test = generate(params["n_test"], rng, **options)
             return Dataset(X, y, X_test=X_test, y_test=y_test)
         return Dataset(X, y)
 

@@ -5,9 +5,11 @@ from models.classifier import Classifier
 from models.cqr_forest import CQRForest
 from models.cqr_net import CQRNet
 from models.ridge import Ridge
+from models.two_sample import TwoSample
 from models.value import Value
 
 MODELS: dict[str, type[Model]] = {Ridge.kind: Ridge, CQRForest.kind: CQRForest, CQRNet.kind: CQRNet,
-                                  Classifier.kind: Classifier, Value.kind: Value}
+                                  Classifier.kind: Classifier, Value.kind: Value,
+                                  TwoSample.kind: TwoSample}
 
 __all__ = ["MODELS", "Model"]

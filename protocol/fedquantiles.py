@@ -132,4 +132,12 @@ def quantile_loss_terms(values: np.ndarray, q: float, p: float) -> dict:
     right derivative, (1 - p) #{y <= q} - p #{y > q}."""
     y = np.asarray(values, dtype=float)
     loss = float((p - 1.0) * np.sum(y[y < q] - q) + p * np.sum(y[y >= q] - q))
-    return {"loss": loss, "slope": float((1.0 - p) * np.sum(y <= q) - p * np.sum(y > q)), "n": int(y.size)}
+    below = int(np.sum(y <= q))
+    return {"loss": loss, "slope": float((1.0 - p) * below - p * (y.size - below)), "below": below, "n": int(y.size)}
+
+
+def pooled_rank(p: float, n: int) -> int:
+    """The rank of the minimizer of eq. (4) over n pooled values: the smallest r with
+    (1 - p) r - p (n - r) >= 0, i.e. r = ceil(p n), computed so that p n landing a rounding error
+    above an integer (0.07 x 100 = 7.000000000000001) does not skip a rank."""
+    return max(1, math.ceil(p * n - 1e-9 * max(1.0, p * n)))

@@ -33,6 +33,7 @@ def site_summary(world) -> dict[str, dict]:
     out = {}
     for site, (_, y) in world.shards.items():
         scores = world.site_scores[site]
+        scores = scores[:, 0] if scores.ndim == 2 else scores  # two_sample data: (value, group) rows
         out[site] = {"n": int(len(y)), "y_mean": float(np.mean(y)) if len(y) else None,
                      "score_median": float(np.median(scores)) if len(y) else None}
     return out
@@ -41,6 +42,7 @@ def site_summary(world) -> dict[str, dict]:
 def spread(world, summary: dict[str, dict]) -> float | None:
     medians = np.array([s["score_median"] for s in summary.values() if s["score_median"] is not None])
     pooled = world.calibration_scores
+    pooled = pooled[:, 0] if pooled.ndim == 2 else pooled
     if medians.size < 2 or np.std(pooled) == 0:
         return None
     return float(np.std(medians) / np.std(pooled))

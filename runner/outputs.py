@@ -20,7 +20,7 @@ import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "epsilon_local", "quantile_error",
-                  "clipped", "seconds", "reason"]
+                  "clipped", "p_value", "statistic", "estimates", "estimate_errors", "seconds", "reason"]
 
 
 class RunDirectory:

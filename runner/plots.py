@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +20,8 @@ def _per_trial(rows: list[dict]):
     """method -> coverages, method -> finite set sizes, over the rows that produced a set."""
     coverage, size = defaultdict(list), defaultdict(list)
     for row in rows:
+        if row.get("coverage") in ("", "nan", None):
+            continue  # a test or an estimate (paper 004): no prediction set
         if row["status"] == "ok" or (row["status"] == "infinite" and row.get("per_site")):
             coverage[row["method"]].append(float(row["coverage"]))
             value = float(row["size"])
@@ -28,12 +31,14 @@ def _per_trial(rows: list[dict]):
 
 
 def run_plots(rows: list[dict], alpha: float, out: Path, name: str = "coverage_size.png") -> list[Path]:
-    """coverage_size.png: box plots of test coverage and mean set size per method over trials
+    """pvalues.png and quantile_errors.png where methods returned tests or estimates (paper 004);
+    coverage_size.png: box plots of test coverage and mean set size per method over trials
     (like paper 000 figure 4; rows pooled from several runs give its one point per split and
     data set), with the target 1 - alpha marked."""
+    paths = pvalue_plot(rows, out) + quantile_error_plot(rows, out)  # paper 004's statistics
     coverage, size = _per_trial(rows)
     if not coverage:
-        return []
+        return paths
     methods = list(coverage)
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(methods) + 4), 4.5))
     left.boxplot([coverage[m] for m in methods], showmeans=True)
@@ -48,7 +53,7 @@ def run_plots(rows: list[dict], alpha: float, out: Path, name: str = "coverage_s
     path = out / name
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return [path]
+    return paths + [path]
 
 
 def sweep_boxplots(results: dict[str, list[dict]], rows: list[dict], keys: list[str], alpha: float,
@@ -140,3 +145,123 @@ def sweep_plots(rows: list[dict], keys: list[str], out: Path) -> list[Path]:
     plt.close(fig)
     paths.append(path)
     return paths
+
+
+def _p_values(rows: list[dict]) -> dict[str, list[float]]:
+    p = defaultdict(list)
+    for row in rows:
+        if row["status"] == "ok" and row.get("p_value") not in (None, "", "nan"):
+            p[row["method"]].append(max(float(row["p_value"]), 1e-300))
+    return p
+
+
+def pvalue_plot(rows: list[dict], out: Path, level: float = 0.05) -> list[Path]:
+    """pvalues.png (paper 004 figure 1 and S1): per method, the p-values over trials (log scale,
+    the level marked) and the empirical CDF against the uniform (under the null the diagonal)."""
+    p = _p_values(rows)
+    if not p:
+        return []
+    methods = list(p)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(9, 1.4 * len(methods) + 5), 4.5))
+    left.boxplot([p[m] for m in methods], showmeans=True)
+    left.set_yscale("log")
+    left.axhline(level, color="tab:red", linestyle="--", linewidth=1, label=f"p = {level:g}")
+    left.set_xticks(range(1, len(methods) + 1), methods, rotation=30, ha="right")
+    left.set_title("one-sided p-value per trial")
+    left.legend(loc="lower right")
+    for number, method in enumerate(methods):
+        values = sorted(p[method])
+        right.step(values, [(i + 1) / len(values) for i in range(len(values))], where="post",
+                   linestyle=DASHES[number % len(DASHES)], label=f"{method} (reject {sum(v < level for v in values) / len(values):.2f})")
+    right.plot([0, 1], [0, 1], color="grey", linewidth=0.8)
+    right.set_xlabel("p")
+    right.set_ylabel("fraction of trials with p-value <= p")
+    right.set_title("p-value distribution (uniform under H0)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "pvalues.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def quantile_error_plot(rows: list[dict], out: Path) -> list[Path]:
+    """quantile_errors.png (paper 004 section 5.4, tables 4-6): per quantile level, box plots of
+    the normalized errors (Q-hat - Q) / sd of each method over trials, and the MSE per level."""
+    errors = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["status"] == "ok" and row.get("estimate_errors") not in (None, "", "nan"):
+            for level, value in json.loads(row["estimate_errors"]).items():
+                errors[row["method"]][level].append(value)
+    if not errors:
+        return []
+    methods = list(errors)
+    levels = sorted({lv for per in errors.values() for lv in per}, key=float)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    width = 0.8 / len(methods)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 1.3 * len(levels) * len(methods) ** 0.5 + 3), 7.5),
+                                      sharex=True)
+    for number, method in enumerate(methods):
+        positions = [i + (number - (len(methods) - 1) / 2) * width for i in range(len(levels))]
+        data = [errors[method].get(lv, []) for lv in levels]
+        parts = top.boxplot(data, positions=positions, widths=width * 0.85, patch_artist=True, manage_ticks=False,
+                            showfliers=False)
+        for box in parts["boxes"]:
+            box.set_facecolor(colors[number % len(colors)])
+            box.set_alpha(0.6)
+        parts["boxes"][0].set_label(method)
+        mse = [sum(v * v for v in d) / len(d) if d else float("nan") for d in data]
+        bottom.bar(positions, mse, width=width * 0.85, color=colors[number % len(colors)], alpha=0.8, label=method)
+    top.axhline(0, color="grey", linewidth=0.8)
+    top.set_ylabel("(Q-hat - Q) / sd")
+    top.set_title("normalized quantile errors over trials")
+    top.legend(fontsize=8)
+    bottom.set_yscale("log")
+    bottom.set_ylabel("MSE")
+    bottom.set_xticks(range(len(levels)), [f"Q_{lv}" for lv in levels])
+    fig.tight_layout()
+    path = out / "quantile_errors.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def sweep_pvalues(results: dict[str, list[dict]], rows: list[dict], keys: list[str], out: Path,
+                  level: float = 0.05) -> list[Path]:
+    """pvalues.png of a sweep (paper 004 figure 1): one group per combination of the swept
+    values, one box of p-values per method; the rejection rate at `level` written above each box."""
+    runs = list(dict.fromkeys(row["run"] for row in rows))
+    per_run = {run: _p_values(results.get(run, [])) for run in runs}
+    methods = list(dict.fromkeys(m for p in per_run.values() for m in p))
+    if not methods:
+        return []
+    labels = {row["run"]: ", ".join(str(row[k]) for k in keys) for row in rows}
+    width = 0.8 / len(methods)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axis = plt.subplots(figsize=(max(8, 1.1 * len(runs) * len(methods) ** 0.5 + 3), 5))
+    for number, method in enumerate(methods):
+        for i, run in enumerate(runs):
+            data = per_run[run].get(method)
+            if not data:
+                continue
+            x = i + (number - (len(methods) - 1) / 2) * width
+            parts = axis.boxplot([data], positions=[x], widths=width * 0.85, patch_artist=True, manage_ticks=False,
+                                 showfliers=False)
+            parts["boxes"][0].set_facecolor(colors[number % len(colors)])
+            parts["boxes"][0].set_alpha(0.6)
+            if i == 0:
+                parts["boxes"][0].set_label(method)
+            axis.annotate(f"{sum(v < level for v in data) / len(data):.2f}", (x, 1.3), fontsize=6, ha="center",
+                          rotation=90)
+    axis.set_yscale("log")
+    axis.set_ylim(top=3)
+    axis.axhline(level, color="tab:red", linestyle="--", linewidth=1)
+    axis.set_xticks(range(len(runs)), [labels[r] for r in runs], rotation=30, ha="right")
+    axis.set_ylabel("one-sided p-value (rejection rate above)")
+    axis.set_title(f"p-values by {', '.join(keys)}")
+    axis.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    path = out / "pvalues.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

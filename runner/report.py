@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 
 import numpy as np
+
+#: the level at which the paper 004 tests' rejection rates are reported (section 4.6: type I error, power)
+REJECT_AT = 0.05
 
 
 def summarize(rows: list[dict]) -> dict[str, dict]:
@@ -15,8 +19,8 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
     out = {}
     for method, items in by_method.items():
         finite = [r for r in items if r["status"] == "ok"]
-        cov = np.array([float(r["coverage"]) for r in finite])
-        size = np.array([float(r["size"]) for r in finite])
+        cov = np.array(_numbers(finite, "coverage"))  # none for paper 004's tests and estimates
+        size = np.array([float(r["size"]) for r in finite if r["coverage"] not in ("", "nan")])
         guarantee = [float(r["guarantee"]) for r in items if r["guarantee"] not in ("", "nan")]
         out[method] = {
             "codec": items[0]["codec"],
@@ -34,8 +38,57 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
             "guarantee_mean": float(np.mean(guarantee)) if guarantee else None,
             "quantile_error_mean": _mean_of(items, "quantile_error"),
             "epsilon_obtained_max": _max_of(items, "epsilon_obtained"),
+            **_test_summary(finite),
+            **_estimate_summary(finite),
         }
     return out
+
+
+def _test_summary(rows: list[dict]) -> dict:
+    """Paper 004 tests: the p-value distribution (quartiles) and the rejection rate at 0.05 (the
+    type I error under the null, the power otherwise), with its binomial standard error."""
+    p = np.array(_numbers(rows, "p_value"))
+    if not p.size:
+        return {}
+    rate = float(np.mean(p < REJECT_AT))
+    return {"p_value_q25": float(np.quantile(p, 0.25)), "p_value_median": float(np.median(p)),
+            "reject_rate": rate, "reject_rate_se": float(np.sqrt(rate * (1 - rate) / p.size))}
+
+
+def _estimate_summary(rows: list[dict]) -> dict:
+    """Paper 004 section 5.4: per level, bias, sd and MSE of the normalized errors over trials."""
+    errors = defaultdict(list)
+    for row in rows:
+        if row.get("estimate_errors") not in (None, "", "nan"):
+            for level, value in json.loads(row["estimate_errors"]).items():
+                errors[level].append(value)
+    if not errors:
+        return {}
+    return {"estimate_errors": {level: {"bias": float(np.mean(v)), "sd": float(np.std(v, ddof=1)) if len(v) > 1 else None,
+                                        "mse": float(np.mean(np.square(v)))} for level, v in errors.items()}}
+
+
+def statistics_table(summary: dict[str, dict]):
+    """The terminal table for paper 004 methods (tests and quantile estimates)."""
+    from rich.table import Table
+
+    levels = sorted({lv for s in summary.values() for lv in s.get("estimate_errors", {})}, key=float)
+    tests = any("p_value_median" in s for s in summary.values())
+    title = [f"tests (reject at p < {REJECT_AT:g})"] if tests else []
+    title += ["quantile estimates (MSE x 1e3 of (Q-hat - Q) / sd)"] if levels else []
+    table = Table(title="Paper 004 " + " and ".join(title))
+    columns = ["method", "privacy", "ok/abort", *(["p median", "p q25", "reject"] if tests else []),
+               *[f"MSE {lv}" for lv in levels]]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("method", "privacy") else "right", no_wrap=True)
+    for method, s in summary.items():
+        if "p_value_median" not in s and "estimate_errors" not in s:
+            continue
+        mse = [s.get("estimate_errors", {}).get(lv, {}).get("mse") for lv in levels]
+        p_columns = [_fmt(s.get("p_value_median")), _fmt(s.get("p_value_q25")), _fmt(s.get("reject_rate"), 3)]
+        table.add_row(method, s["privacy"], f"{s['ok']}/{s['aborted']}", *(p_columns if tests else []),
+                      *["-" if v is None else f"{1e3 * v:.2f}" for v in mse])
+    return table
 
 
 def _numbers(items, key) -> list[float]:

@@ -8,6 +8,7 @@ session. Site processes live across all trials of the run.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from coordinator.events import EventLog
+from data.heterogeneity import shift_response
 from protocol.methods import METHODS, Outcome
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
@@ -157,7 +159,8 @@ def _fedcp_qq_orders(scenario: dict):
 
 def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWorld, sites: int,
                 seconds: float) -> dict:
-    coverage, size = _evaluate(outcome, world)
+    statistics = world.task == "two_sample"  # paper 004: tests and estimates, no prediction sets
+    coverage, size = (math.nan, math.nan) if statistics else _evaluate(outcome, world)
     details = outcome.details
     privacy = method.privacy
     score_range = method.score_range
@@ -175,6 +178,9 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "privacy": privacy["model"], "epsilon_obtained": details.get("epsilon_obtained"),
         "epsilon_local": details.get("epsilon_local"),
         "quantile_error": _worst_quantile_error(details, method, world), "clipped": clipped,
+        "p_value": details.get("p_value"), "statistic": details.get("statistic"),
+        "estimates": json.dumps(details["estimates"]) if "estimates" in details else None,
+        "estimate_errors": json.dumps(_estimate_errors(details["estimates"], world)) if "estimates" in details else None,
         "seconds": round(seconds, 6), "reason": reason,
     }
 
@@ -191,6 +197,28 @@ def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | N
     values = np.concatenate([world.site_scores[s] for s in included])
     cdf = np.cumsum(flat_histogram(values, method.bins.edges)) / values.size
     return float(max(abs(cdf[j - 1] - float(p)) for p, j in indices.items()))
+
+
+def _estimate_errors(estimates: dict[str, float], world: TrialWorld) -> dict[str, float] | None:
+    """Paper 004 section 5.4: (Q-hat_p - Q_p) / sd per level, Q_p the p-quantile of the sites'
+    mixture (eq. 13: site j's law weighted by n_j / N), taken from the unshifted test sample with
+    each site's shift applied, and sd the test sample's (sqrt(r) for Gamma(r) data). None where
+    the site laws are not known to the harness (heterogeneity other than none / location / scale)."""
+    if world.heterogeneity not in ("none", "location", "scale") or world.y_test is None or len(world.y_test) < 2:
+        return None
+    reference = np.asarray(world.y_test, dtype=float)
+    sizes = np.array([len(y) for _, y in world.shards.values()], dtype=float)
+    laws = [shift_response(world.heterogeneity, reference, alpha) for alpha in world.shifts]
+    values = np.concatenate(laws)
+    weights = np.repeat(sizes / sizes.sum() / reference.size, reference.size)
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    sd = float(np.std(reference, ddof=1))
+    errors = {}
+    for level, estimate in estimates.items():
+        truth = values[order][min(int(np.searchsorted(cumulative, float(level) - 1e-12)), values.size - 1)]
+        errors[level] = (float(estimate) - float(truth)) / sd
+    return errors
 
 
 def _evaluate(outcome: Outcome, world: TrialWorld) -> tuple[float, float]:

@@ -9,7 +9,8 @@ Each combination runs into DIR/<key=value,...>/ (a full run directory); DIR/swee
 row per combination and method with the swept values, utility, privacy and communication cost;
 DIR/cost_vs_KEY.png and DIR/utility_vs_cost.png plot them, and DIR/coverage_size.png shows the
 per-trial coverage and set size as box plots, one group per combination, one box per method
-(paper 000 figures 8-17 when the grid runs over models).
+(paper 000 figures 8-17 when the grid runs over models); where methods are tests (paper 004),
+DIR/pvalues.png shows their p-values per combination with the rejection rates at 0.05.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from pathlib import Path
 import yaml
 
 from runner.outputs import RunDirectory
-from runner.plots import sweep_boxplots, sweep_plots
+from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
 from runner.study import run_study
 from scenarios.scenario import load_scenario
 from scenarios.schema import ScenarioError
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
                  "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",
-                 "bytes_up_per_site", "bytes_down_per_site",
+                 "p_value_median", "p_value_q25", "reject_rate", "reject_rate_se", "bytes_up_per_site", "bytes_down_per_site",
                  "bytes_per_trial", "messages_per_trial", "rounds_per_trial", "info_bits_per_trial",
                  "overhead_up", "run"]
 
@@ -91,6 +92,7 @@ def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrid
                 "size_median": stats["size_median"], "guarantee_mean": stats["guarantee_mean"],
                 "quantile_error_mean": stats.get("quantile_error_mean"),
                 "epsilon_obtained_max": stats.get("epsilon_obtained_max"),
+                **{key: stats.get(key) for key in ("p_value_median", "p_value_q25", "reject_rate", "reject_rate_se")},
                 "bytes_up_per_site": cost.get("bytes_up_per_site_mean"),
                 "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
                 "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),
@@ -100,8 +102,9 @@ def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrid
             rows.append(row)
         _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost
     sweep_plots(rows, keys, out)
-    sweep_boxplots({name: RunDirectory(out / name).read_results() for name in {r["run"] for r in rows}},
-                   rows, keys, alpha=specs[0][1]["alpha"], out=out)
+    results = {name: RunDirectory(out / name).read_results() for name in {r["run"] for r in rows}}
+    sweep_boxplots(results, rows, keys, alpha=specs[0][1]["alpha"], out=out)
+    sweep_pvalues(results, rows, keys, out)
     return rows
 
 

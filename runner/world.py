@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from data.heterogeneity import assign_sites, shift_response, site_shifts
+from data.heterogeneity import assign_sites, shift_response, site_shifts, treatment_group, treatment_shifts
 from data.sources import SOURCES
 from data.split import site_sizes, split_indices, standardize
 from models import MODELS, Model
@@ -32,6 +32,7 @@ class TrialWorld:
     task: str = "regression"
     shifts: np.ndarray | None = None  # per-site alpha_j of location/scale heterogeneity
     X_test: np.ndarray | None = field(repr=False, default=None)
+    heterogeneity: str = "none"  # the kind of sites.heterogeneity (location / scale shifts use `shifts`)
 
     @cached_property
     def public(self) -> "PublicFacts":
@@ -112,8 +113,11 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
     hetero = scenario["sites"]["heterogeneity"]
     parts = assign_sites(hetero, X_cal, y_cal, sizes, trial_rng(seed, trial, "partition"))
     shifts = site_shifts(hetero, len(ids), trial_rng(seed, trial, "heterogeneity"))
-    shards = {site: (X_cal[part], shift_response(hetero["kind"], y_cal[part], alpha))
-              for site, part, alpha in zip(ids, parts, shifts)}
+    betas = treatment_shifts(hetero, len(ids), trial_rng(seed, trial, "treatment"))
+    shards = {site: (X_cal[part], shift_response(hetero["kind"], y_cal[part], alpha)
+                     + beta * treatment_group(X_cal[part]))
+              for site, part, alpha, beta in zip(ids, parts, shifts, betas)}
     test_base = model.base_predictions(X_test)
     return TrialWorld(trial, model.for_sites(), shards, y_test, test_base, (X_train, y_train),
-                      task=dataset.task, shifts=shifts, X_test=X_test)
+                      task=model.task if model.task == "two_sample" else dataset.task, shifts=shifts,
+                      X_test=X_test, heterogeneity=hetero["kind"])

@@ -123,9 +123,15 @@ def _cross_checks(s: dict) -> None:
         raise ScenarioError(*problem)
     task = source.task(data)
     model_task = MODELS[s["model"]["kind"]].task
-    if model_task != task:
+    if model_task != task and not (model_task == "two_sample" and task == "regression"):
         raise ScenarioError("model.kind", f"a {task} model for this {task} data (got a {model_task} model)",
                             s["model"]["kind"])
+    for index, method in enumerate(s["methods"]):
+        wants = METHODS[method["name"]].data
+        if (wants == "two_sample") != (model_task == "two_sample"):
+            raise ScenarioError(f"methods[{index}].name", f"a method for the model's data: "
+                                f"{method['name']} works on {wants} data, model {s['model']['kind']} gives "
+                                f"{'two_sample' if model_task == 'two_sample' else 'scores'}", method["name"])
     if sites["heterogeneity"]["kind"] == "dirichlet" and task != "classification":
         raise ScenarioError("sites.heterogeneity.kind", "dirichlet label skew for classification data only",
                             "dirichlet")

@@ -46,7 +46,7 @@ class SiteLocal:
             del model
             gc.collect()
         self.trial, self.seed, self._halves = trial, seed, {}
-        return int(self.scores.size)
+        return int(len(self.scores))
 
     def answer(self, session: int, method_name: str, phase: str, body: dict):
         """The encoded response body for one request (RequestError if it cannot be served)."""

@@ -25,7 +25,7 @@ def test_shipped_scenarios_validate(path):
 def test_quickstart_is_the_papers_synthetic_setting():
     s = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     assert (s["sites"]["count"], s["sites"]["sizes"], s["sites"]["heterogeneity"]["kind"]) == (50, "equal", "none")
-    assert s["data"] == {"source": "synthetic", "generator": "romano2019", "n": 2000, "n_test": 5000}
+    assert s["data"] == {"source": "synthetic", "generator": "romano2019", "n": 2000, "n_test": 5000, "options": {}}
     assert int(s["split"]["calibration"] * s["data"]["n"]) // 50 == 20
     assert s["model"]["kind"] == "cqr_forest" and s["model"]["params"]["n_estimators"] == 1000
     assert s["alpha"] == 0.1 and s["trials"] == 20

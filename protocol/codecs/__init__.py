@@ -6,6 +6,7 @@ from protocol.codecs.raw_quantile import RawQuantile
 from protocol.codecs.raw_scores import RawScores
 from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.codecs.shuffle import Shuffle
+from protocol.codecs.summary import Summary
 
 CODECS: dict[str, type[Codec]] = {
     RawQuantile.name: RawQuantile,
@@ -13,6 +14,7 @@ CODECS: dict[str, type[Codec]] = {
     ExpMechBins.name: ExpMechBins,
     SecAggDDG.name: SecAggDDG,
     Shuffle.name: Shuffle,
+    Summary.name: Summary,
 }
 
 __all__ = ["CODECS", "Codec", "PayloadError"]

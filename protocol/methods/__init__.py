@@ -8,6 +8,9 @@ from protocol.methods.fedcp2_qq import FedCP2QQ
 from protocol.methods.fedcp2_qq_secagg import FedCP2QQSecAgg
 from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
 from protocol.methods.fedcp_qq import FedCPQQ
+from protocol.methods.fed_quantiles import KAnonQuantiles, QuantileLoss, YJLikelihood
+from protocol.methods.mwu import MWUSites, MWUTable
+from protocol.methods.pooled_values import PooledValues
 from protocol.methods.private_cp import PrivateCP, PrivateCPLocal
 
 METHODS: dict[str, type[Method]] = {
@@ -20,6 +23,12 @@ METHODS: dict[str, type[Method]] = {
     PrivateCP.name: PrivateCP,
     PrivateCPLocal.name: PrivateCPLocal,
     DDGQuantile.name: DDGQuantile,
+    PooledValues.name: PooledValues,
+    MWUSites.name: MWUSites,
+    MWUTable.name: MWUTable,
+    KAnonQuantiles.name: KAnonQuantiles,
+    YJLikelihood.name: YJLikelihood,
+    QuantileLoss.name: QuantileLoss,
 }
 
 __all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]

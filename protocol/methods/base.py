@@ -59,6 +59,16 @@ class Outcome:
     def aborted(reason: str, **details) -> "Outcome":
         return Outcome("aborted", math.nan, reason, details)
 
+    @staticmethod
+    def test(p_value: float, statistic: float, **details) -> "Outcome":
+        """A hypothesis test's result (paper 004): no threshold; `p_value`, `statistic` in details."""
+        return Outcome("ok", math.nan, "", {"p_value": float(p_value), "statistic": float(statistic), **details})
+
+    @staticmethod
+    def estimates(values: Mapping[float, float], **details) -> "Outcome":
+        """Quantile estimates (paper 004 section 5): level -> estimate in details["estimates"]."""
+        return Outcome("ok", math.nan, "", {"estimates": {str(p): float(v) for p, v in values.items()}, **details})
+
 
 Step = Send | Outcome
 
@@ -88,6 +98,9 @@ class Method(ABC):
     codec: ClassVar[str]
     phases: ClassVar[tuple[str, ...]] = ("respond",)
     PARAMS: ClassVar[dict[str, dict]] = {}
+    #: what the site half works on: "scores" (a model's conformity scores, for calibration) or
+    #: "two_sample" ((value, group) rows of models.two_sample, for paper 004's statistics)
+    data: ClassVar[str] = "scores"
 
     def __init__(self, alpha: float, **params: Any) -> None:
         self.alpha = alpha
@@ -170,6 +183,30 @@ class _OneShotCoordinator(CoordinatorHalf):
         if not answers:
             return Outcome.aborted(f"no site answered ({len(dropped)} dropped)", dropped=sorted(dropped))
         return self.method.combine(self.sizes, self.planned, answers, dropped, self.rng)
+
+
+def two_sample_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A site's two_sample data ((value, group) rows, models.two_sample) as (control x, treatment y)."""
+    rows = np.asarray(rows, dtype=float)
+    if rows.ndim != 2 or rows.shape[1] != 2:
+        raise RequestError(f"this method needs two_sample data ((value, group) rows), the site holds shape "
+                           f"{rows.shape}")
+    treated = rows[:, 1] > 0
+    return rows[~treated, 0], rows[treated, 0]
+
+
+def two_sample_values(rows: np.ndarray) -> np.ndarray:
+    """All of a site's values, both groups (quantile estimation treats them as one sample)."""
+    x, y = two_sample_groups(rows)
+    return np.concatenate([x, y])
+
+
+def levels_from_request(levels) -> list[float]:
+    """A request's quantile levels, checked: a non-empty list of numbers in (0, 1)."""
+    if (not isinstance(levels, list) or not levels or len(levels) > 1000
+            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1 for p in levels)):
+        raise RequestError(f"levels must be 1 to 1000 numbers in (0, 1), got {levels!r}")
+    return [float(p) for p in levels]
 
 
 class LocalOrderStatistic(SiteHalf):

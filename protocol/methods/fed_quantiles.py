@@ -1,0 +1,230 @@
+"""Federated quantile estimates as methods (paper 004, section 5), on two_sample data (the values
+of both groups are one sample; paper004_gamma puts everything in group 0).
+
+  kanon_quantiles  the K-anonymous one-group table, built site by site, then the naive bin-limit
+                   estimate (section 5.2) or the YJ table estimate (eq. 6-9)
+  yj_likelihood    one pass: per-site moments on a public lambda grid (eq. 10-12)
+  quantile_loss    iterative bisection on the pooled right derivative of the quantile loss (eq. 4);
+                   converges to the pooled sample quantile. NOT privacy preserving: the sites'
+                   extremes and their counts below every probed point are revealed (section 5.1)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from protocol.codecs.summary import Summary
+from protocol.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank, quantile_loss_terms,
+                                   yj_likelihood_fit, yj_likelihood_quantile, yj_site_moments, yj_table_fit,
+                                   yj_table_quantile)
+from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError, Send,
+                                   SiteHalf, levels_from_request, two_sample_values)
+from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
+                                          table_request)
+
+LEVELS = [0.02, 0.25, 0.5, 0.75, 0.98]  # section 5.4
+LEVELS_SPEC = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": LEVELS}
+MAX_GRID = 1001
+
+
+class KAnonQuantiles(Method):
+    name = "kanon_quantiles"
+    codec = "summary"
+    data = "two_sample"
+    phases = PHASES
+    PARAMS = {**TABLE_PARAMS, "estimator": {"type": "str", "choices": ["naive", "yj_table"], "default": "yj_table"},
+              "levels": LEVELS_SPEC}
+
+    def __init__(self, alpha, k=10, extremes="buffer", bounds=None, estimator="yj_table", levels=None):
+        levels = list(LEVELS if levels is None else levels)
+        super().__init__(alpha, k=k, extremes=extremes, bounds=list(bounds or []), estimator=estimator, levels=levels)
+        self.request = table_request(k, extremes, list(bounds or []))
+        self.estimator, self.levels = estimator, levels
+
+    @property
+    def privacy(self):
+        return {"epsilon": None, "model": f"K-anonymous table (K = {self.request['k']})"}
+
+    def make_codec(self):
+        return table_codec(1)
+
+    def coordinator(self, sizes, rng):
+        return KAnonTableCoordinator(dict(sizes), self.request, 1, self.finish)
+
+    def finish(self, table, contributed, skipped):
+        limits, counts = np.asarray(table.limits), np.asarray(table.counts[0])
+        common = {"answered": len(contributed), "contributed": contributed, "skipped": skipped, "bins": table.bins}
+        if self.estimator == "naive":
+            return Outcome.estimates({p: naive_table_quantile(limits, counts, p) for p in self.levels}, **common)
+        if table.bins < 3:
+            return Outcome.aborted(f"the YJ table fit needs at least 2 interior limits, the table has {table.bins - 1}",
+                                   **common)
+        lam, a0, a1 = yj_table_fit(limits, counts)
+        return Outcome.estimates({p: yj_table_quantile(limits, counts, p) for p in self.levels},
+                                 yj_lambda=lam, **common)
+
+    @classmethod
+    def site(cls, scores, rng):
+        return KAnonTableSite([two_sample_values(scores)], rng)
+
+
+class YJLikelihood(OneShotMethod):
+    name = "yj_likelihood"
+    codec = "summary"
+    data = "two_sample"
+    PARAMS = {"grid_points": {"type": "int", "min": 2, "max": MAX_GRID, "default": 101}, "levels": LEVELS_SPEC}
+
+    def __init__(self, alpha, grid_points=101, levels=None):
+        levels = list(LEVELS if levels is None else levels)
+        super().__init__(alpha, grid_points=grid_points, levels=levels)
+        self.grid, self.levels = lambda_grid(grid_points), levels
+
+    @property
+    def privacy(self):
+        return {"epsilon": None, "model": "summary moments (not K-anonymous)"}
+
+    def make_codec(self):
+        size = len(self.grid)
+        return Summary({"n": "int", "sum_h": "floats", "sum_h2": "floats", "jacobian": "float"},
+                       {"sum_h": size, "sum_h2": size})
+
+    def plan(self, sizes):
+        return Planned({site: {"grid": self.grid} for site in sizes})
+
+    def combine(self, sizes, planned, answers, dropped, rng):
+        moments = [answer for answer in answers.values() if answer["n"] > 0]
+        common = {"answered": len(answers), "dropped": sorted(dropped)}
+        if sum(m["n"] for m in moments) < 2:
+            return Outcome.aborted("fewer than 2 values in all", **common)
+        lam, mu, sigma, _ = yj_likelihood_fit(moments, self.grid)
+        return Outcome.estimates({p: yj_likelihood_quantile(moments, self.grid, p) for p in self.levels},
+                                 yj_lambda=lam, **common)
+
+    @classmethod
+    def site(cls, scores, rng):
+        return SiteMoments(scores)
+
+
+class SiteMoments(SiteHalf):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def answer(self, phase, body):
+        grid = body.get("grid")
+        if (set(body) != {"grid"} or not isinstance(grid, list) or not 2 <= len(grid) <= MAX_GRID
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           and LAMBDA_RANGE[0] <= v <= LAMBDA_RANGE[1] for v in grid)):
+            raise RequestError(f"expected {{'grid': 2 to {MAX_GRID} lambdas in {list(LAMBDA_RANGE)}}}")
+        moments = yj_site_moments(two_sample_values(self.rows), [float(v) for v in grid])
+        return {"n": moments["n"], "sum_h": np.asarray(moments["sum_h"]), "sum_h2": np.asarray(moments["sum_h2"]),
+                "jacobian": moments["jacobian"]}
+
+
+MAX_ROUNDS = 200
+LOSS_PHASES = ("range", *(f"loss-{i}" for i in range(MAX_ROUNDS)))
+
+
+class QuantileLoss(Method):
+    name = "quantile_loss"
+    codec = "summary"
+    data = "two_sample"
+    phases = LOSS_PHASES
+    PARAMS = {"tolerance": {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}, "levels": LEVELS_SPEC}
+
+    def __init__(self, alpha, tolerance=1e-6, levels=None):
+        levels = list(LEVELS if levels is None else levels)
+        super().__init__(alpha, tolerance=tolerance, levels=levels)
+        self.tolerance, self.levels = tolerance, levels
+
+    @property
+    def privacy(self):
+        return {"epsilon": None, "model": "none: not privacy preserving (iterates reveal the data)"}
+
+    def make_codec(self):
+        return _LossCodec(len(self.levels))
+
+    def coordinator(self, sizes, rng):
+        return _Bisection(self, sorted(sizes))
+
+    @classmethod
+    def site(cls, scores, rng):
+        return SiteLoss(scores)
+
+
+class _LossCodec(Summary):
+    """Either phase's answer: the range ({n, lo, hi}) or, per probed point q, #{y <= q}, from
+    which the right derivative of the site's eq. (4) loss, (1 - p) C - p (n - C), follows exactly."""
+
+    def __init__(self, levels: int) -> None:
+        super().__init__()
+        self.range_codec = Summary({"n": "int", "lo": "float", "hi": "float"})
+        self.slope_codec = Summary({"below": "ints"}, {"below": levels})
+
+    def decode(self, body):
+        codec = self.slope_codec if isinstance(body, dict) and "below" in body else self.range_codec
+        return codec.decode(body)
+
+
+class _Bisection(CoordinatorHalf):
+    """Per level p, the bracket (lo, hi] holds the smallest q with sum_l slope_l(q) >= 0, i.e.
+    #{y <= q} >= p N: the pooled sample quantile y_(r), r = pooled_rank(p, N), the minimizer of
+    eq. (4). Stops when every bracket is narrower than `tolerance` x the data's range."""
+
+    def __init__(self, method: QuantileLoss, sites: list[str]) -> None:
+        self.method, self.sites = method, sites
+        self.lo = self.hi = None
+        self.rounds = 0
+
+    def start(self):
+        return Send("range", {site: {} for site in self.sites})
+
+    def advance(self, phase, answers, dropped):
+        missing = sorted(set(self.sites) - set(answers))
+        if missing:
+            return Outcome.aborted(f"the iterative quantile loss needs every site in every round; "
+                                   f"{missing[0]} did not answer {phase} ({dropped.get(missing[0], 'no answer')})",
+                                   dropped=missing, rounds=self.rounds)
+        if phase == "range":
+            present = [a for a in answers.values() if a["n"] > 0]
+            if not present:
+                return Outcome.aborted("no site holds any value")
+            low, high = min(a["lo"] for a in present), max(a["hi"] for a in present)
+            total = sum(a["n"] for a in present)
+            self.ranks = np.array([pooled_rank(p, total) for p in self.method.levels])
+            self.span = high - low
+            self.lo = np.full(len(self.method.levels), np.nextafter(low, -math.inf))
+            self.hi = np.full(len(self.method.levels), high)
+        else:  # the pooled right derivative (1 - p) C - p (N - C) >= 0, exactly: C >= pooled_rank(p, N)
+            below = np.sum([a["below"] for a in answers.values()], axis=0)
+            above = below >= self.ranks
+            self.hi = np.where(above, self.probe, self.hi)
+            self.lo = np.where(above, self.lo, self.probe)
+        if np.all(self.hi - self.lo <= self.method.tolerance * max(self.span, 1e-300)) or self.rounds >= MAX_ROUNDS:
+            return Outcome.estimates(dict(zip(self.method.levels, self.hi.tolist())), answered=len(self.sites),
+                                     rounds=self.rounds)
+        self.probe = (self.lo + self.hi) / 2.0
+        self.rounds += 1
+        body = {"q": self.probe.tolist(), "levels": self.method.levels}
+        return Send(f"loss-{self.rounds - 1}", {site: body for site in self.sites})
+
+
+class SiteLoss(SiteHalf):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def answer(self, phase, body):
+        values = two_sample_values(self.rows)
+        if phase == "range":
+            if body:
+                raise RequestError(f"expected an empty body, got {dict(body)!r}")
+            if not values.size:
+                return {"n": 0, "lo": 0.0, "hi": 0.0}
+            return {"n": int(values.size), "lo": float(values.min()), "hi": float(values.max())}
+        q, levels = body.get("q"), levels_from_request(body.get("levels"))
+        if (set(body) != {"q", "levels"} or not isinstance(q, list) or len(q) != len(levels)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in q)):
+            raise RequestError("expected {'q': finite numbers, 'levels': one per q}")
+        return {"below": np.array([quantile_loss_terms(values, float(v), p)["below"] for v, p in zip(q, levels)],
+                                  dtype=np.int64)}
