@@ -1,0 +1,263 @@
+"""Paper 004's methods as sessions: the summary codec, each method against the pure functions
+(or scipy) on the same data, skipped and dropped sites, and whole runs over site processes with
+the summaries in the ledger."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from protocol.codecs import CODECS, PayloadError
+from protocol.codecs.summary import Summary
+from protocol.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
+from protocol.inprocess import drive, run_session
+from protocol.kanon import valid_count
+from protocol.mannwhitney import SiteStatistic, fisher_p_value, p_value, site_statistic, t_sum, t_weighted, z_score
+from protocol.methods import METHODS, RequestError
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from runner.world import build_trial
+from scenarios.scenario import load_scenario, validate_scenario
+from scenarios.schema import ScenarioError
+from transport.ledger import read_ledger
+
+MWU_SCENARIO = "scenarios/paper004/mwu-3-centres.yaml"
+QUANTILE_SCENARIO = "scenarios/paper004/quantiles-5-centres.yaml"
+
+
+def rows_of(x, y):
+    return np.column_stack([np.concatenate([x, y]), np.r_[np.zeros(len(x)), np.ones(len(y))]])
+
+
+def federation(seed=0, sizes=(300, 200, 120), delta=0.2):
+    rng = np.random.default_rng(seed)
+    groups = [(rng.normal(0, 1, n), rng.normal(delta, 1, n)) for n in sizes]
+    return {f"site-{j}": rows_of(x, y) for j, (x, y) in enumerate(groups)}, groups
+
+
+def rngs(seed=0):
+    return lambda name: np.random.default_rng([seed, sum(map(ord, name))])
+
+
+# -- the summary codec ---------------------------------------------------------------------------
+
+
+def test_summary_round_trips_scalars_and_vectors_and_refuses_what_the_method_did_not_ask_for():
+    codec = Summary({"n": "int", "u": "float", "v": "floats", "c": "ints"}, {"v": 3})
+    sent = {"n": 4, "u": -1.5, "v": np.array([1.0, math.inf, 2.0]), "c": np.array([1, 2], dtype=np.int64)}
+    body = CODECS["summary"]().encode(sent)  # the site's encoder knows no schema
+    back = codec.decode(body)
+    assert back["n"] == 4 and back["u"] == -1.5 and back["v"].tolist() == [1.0, math.inf, 2.0]
+    assert back["c"].dtype == np.int64 and back["c"].tolist() == [1, 2]
+    assert codec.information_bits(back) == 64 * 7
+    for bad, words in [({**body, "extra": 1}, "expected fields"), ({k: v for k, v in body.items() if k != "u"}, "expected fields"),
+                       ({**body, "n": 1.5}, "'n'"), ({**body, "u": math.nan}, "'u'"),
+                       ({**body, "v": body["v"][:16]}, "expected 3 values"),
+                       ({**body, "v": np.array([math.nan] * 3).tobytes()}, "NaN"), ({**body, "c": b"1234567"}, "8-byte"),
+                       ([1, 2], "map")]:
+        with pytest.raises(PayloadError, match=words):
+            codec.decode(bad)
+
+
+# -- Mann-Whitney sessions -----------------------------------------------------------------------
+
+
+def test_pooled_mwu_session_agrees_with_scipy():
+    sites, groups = federation()
+    x = np.concatenate([g[0] for g in groups])
+    y = np.concatenate([g[1] for g in groups])
+    out = run_session(METHODS["pooled_values"](0.05), sites, rngs())
+    reference = stats.mannwhitneyu(y, x, alternative="greater", method="asymptotic", use_continuity=False)
+    assert out.status == "ok"
+    assert out.details["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+
+
+@pytest.mark.parametrize("test", ["sum", "weighted", "fisher"])
+def test_site_statistics_sessions_equal_the_pure_combinations(test):
+    sites, groups = federation(seed=1)
+    per_site = [site_statistic(x, y) for x, y in groups]
+    expected = {"sum": p_value(t_sum(per_site)), "weighted": p_value(t_weighted(per_site)),
+                "fisher": fisher_p_value([p_value(z_score(s)) for s in per_site])}[test]
+    out = run_session(METHODS["mwu_sites"](0.05, test=test), sites, rngs())
+    assert out.details["p_value"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_impossible_site_statistics_are_left_out_and_named():
+    method = METHODS["mwu_sites"](0.05, test="sum")
+    sizes = {"a": 20, "b": 20}
+    good = site_statistic(np.arange(10.0), np.arange(10.0) + 0.5)
+    answers = {"a": {"u": good.u, "variance": good.variance, "n": 10, "m": 10},
+               "b": {"u": 1e9, "variance": 1.0, "n": 10, "m": 10}}  # |U| > n m: no data gives this
+    out = method.combine(sizes, method.plan(sizes), answers, {}, np.random.default_rng(0))
+    assert out.details["impossible"] == ["b"]
+    assert out.details["p_value"] == pytest.approx(p_value(t_sum([good])))
+
+
+def test_federated_table_session_counts_every_value_and_tracks_the_pooled_test():
+    sites, groups = federation(seed=2, delta=0.15)
+    out = run_session(METHODS["mwu_table"](0.05, k=10), sites, rngs())
+    assert out.status == "ok" and not out.details["skipped"]
+    assert out.details["n_x"] == pytest.approx(sum(len(g[0]) for g in groups))
+    assert out.details["n_y"] == pytest.approx(sum(len(g[1]) for g in groups))
+    pooled = run_session(METHODS["pooled_values"](0.05), sites, rngs())
+    assert abs(out.details["statistic"] - pooled.details["statistic"]) < 0.3  # the table's ties cost a little
+    assert out.details["contributed"] == ["site-0", "site-1", "site-2"]  # largest first
+
+
+def test_table_session_skips_a_site_that_cannot_bin_first_and_one_that_drops():
+    sites, _ = federation(seed=3)
+    sites["site-tiny"] = rows_of(np.arange(4.0), np.arange(3.0))  # both groups under K: refuses
+    method = METHODS["mwu_table"](0.05, k=10)
+    halves = {s: type(method).site_for(v, rngs()(s), s, 1) for s, v in sites.items()}
+    sizes = {s: len(v) for s, v in sites.items()}
+    sizes["site-tiny"] = 10_000  # announced as the largest: asked first, refuses, the next site bins first
+    released = []
+
+    def ask(site, phase, body):
+        if site == "site-1":
+            raise RequestError("gone")
+        encoder, request = CODECS[method.codec].for_site(body)
+        value = halves[site].answer(phase, request)
+        released.append(value)
+        return encoder.encode(value)
+
+    out = drive(method, sizes, ask, np.random.default_rng(0))
+    assert out.status == "ok"
+    assert set(out.details["skipped"]) == {"site-tiny", "site-1"}
+    assert "K = 10" in out.details["skipped"]["site-tiny"]
+    assert out.details["contributed"] == ["site-0", "site-2"]
+    for value in released:  # what left the sites: counts 0 or >= K only
+        for g in (0, 1):
+            assert all(valid_count(c, 10) for c in value[f"cells_{g}"].reshape(-1, 3)[:, 2])
+
+
+def test_site_refuses_a_malformed_table_request():
+    sites, _ = federation()
+    half = METHODS["mwu_table"].site_for(sites["site-0"], np.random.default_rng(0), "site-0", 1)
+    for body in [{"k": 1, "extremes": "buffer", "bounds": [], "limits": []},
+                 {"k": 10, "extremes": "buffer", "bounds": [], "limits": [0.0, -1.0]},
+                 {"k": 10, "extremes": "bounds", "bounds": [], "limits": []},
+                 {"k": 10, "extremes": "buffer", "bounds": [], "limits": [], "extra": 1}]:
+        with pytest.raises(RequestError):
+            half.answer("table-0", body)
+
+
+# -- quantile sessions ---------------------------------------------------------------------------
+
+
+def gamma_sites(seed=0, sizes=(492, 368, 276)):
+    rng = np.random.default_rng(seed)
+    values = [rng.gamma(4.0, 1.0, n) * math.exp(rng.normal(0, 0.05)) for n in sizes]
+    return {f"site-{j}": rows_of(v, np.empty(0)) for j, v in enumerate(values)}, values
+
+
+def test_quantile_loss_converges_to_the_pooled_sample_quantile():
+    sites, values = gamma_sites()
+    pooled = np.sort(np.concatenate(values))
+    levels = [0.02, 0.25, 0.5, 0.75, 0.98, 0.07]
+    loss = run_session(METHODS["quantile_loss"](0.1, tolerance=1e-9, levels=levels), sites, rngs())
+    reference = run_session(METHODS["pooled_values"](0.1, statistic="quantiles", levels=levels), sites, rngs())
+    span = pooled[-1] - pooled[0]
+    for p in levels:
+        truth = pooled[math.ceil(round(p * pooled.size, 9)) - 1]
+        assert reference.details["estimates"][str(p)] == truth
+        assert abs(loss.details["estimates"][str(p)] - truth) <= 1e-9 * span
+    assert loss.details["rounds"] <= 40
+
+
+def test_quantile_loss_aborts_with_the_site_named_when_one_drops_mid_way():
+    sites, _ = gamma_sites(seed=1)
+    method = METHODS["quantile_loss"](0.1)
+    halves = {s: type(method).site_for(v, rngs()(s), s, 1) for s, v in sites.items()}
+
+    def ask(site, phase, body):
+        if site == "site-2" and phase == "loss-3":
+            raise RequestError("crashed")
+        encoder, request = CODECS[method.codec].for_site(body)
+        return encoder.encode(halves[site].answer(phase, request))
+
+    out = drive(method, {s: len(v) for s, v in sites.items()}, ask, np.random.default_rng(0))
+    assert out.status == "aborted" and "site-2" in out.reason and "loss-3" in out.reason
+
+
+def test_yj_likelihood_session_equals_the_pure_estimate():
+    sites, values = gamma_sites(seed=2)
+    grid = lambda_grid(51)
+    out = run_session(METHODS["yj_likelihood"](0.1, grid_points=51), sites, rngs())
+    moments = [yj_site_moments(v, grid) for v in values]
+    for p in (0.02, 0.5, 0.98):
+        assert out.details["estimates"][str(p)] == pytest.approx(yj_likelihood_quantile(moments, grid, p), rel=1e-12)
+
+
+@pytest.mark.parametrize("estimator", ["naive", "yj_table"])
+def test_table_quantiles_land_near_the_pooled_ones(estimator):
+    sites, values = gamma_sites(seed=3)
+    pooled = np.concatenate(values)
+    out = run_session(METHODS["kanon_quantiles"](0.1, estimator=estimator), sites, rngs())
+    assert out.status == "ok"
+    for p in (0.25, 0.5, 0.75):
+        assert abs(out.details["estimates"][str(p)] - np.quantile(pooled, p)) < 0.25 * np.std(pooled)
+
+
+# -- scenarios and whole runs --------------------------------------------------------------------
+
+
+def test_scenarios_refuse_methods_on_the_wrong_kind_of_data():
+    spec = load_scenario(MWU_SCENARIO)
+    raw = {k: v for k, v in spec.items()}
+    with pytest.raises(ScenarioError, match=r"methods\[0\].name"):
+        validate_scenario({**raw, "methods": [{"name": "centralized"}]})
+    with pytest.raises(ScenarioError, match=r"methods\[0\].name"):
+        validate_scenario({**raw, "model": {"kind": "ridge"}, "methods": [{"name": "mwu_table"}]})
+    with pytest.raises(ScenarioError, match=r"data.options.shape"):
+        validate_scenario({**raw, "data": {**raw["data"], "options": {"shape": 4}}})
+
+
+def test_treatment_heterogeneity_shifts_only_the_treatment_group():
+    spec = load_scenario(MWU_SCENARIO, ["sites.heterogeneity.sigma=0", "sites.heterogeneity.sigma_treatment=3",
+                                        "data.options.delta=0"])
+    world = build_trial(spec, 0)
+    gaps, controls = [], []
+    for rows in world.site_scores.values():
+        x, y = rows[rows[:, 1] == 0, 0], rows[rows[:, 1] == 1, 0]
+        gaps.append(y.mean() - x.mean())
+        controls.append(x.mean())
+    assert np.std(gaps) > 1.0  # beta_l ~ N(0, 9) per centre
+    assert np.max(np.abs(controls)) < 0.2  # controls unshifted (sigma_alpha = 0)
+
+
+def test_mwu_run_over_site_processes_reports_p_values_and_meters_each_summary(tmp_path):
+    spec = load_scenario(MWU_SCENARIO, ["trials=2"])
+    summary = run_study(spec, tmp_path)
+    rows = RunDirectory(tmp_path).read_results()
+    assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
+    assert all(0 < float(r["p_value"]) < 1 and r["coverage"] == "nan" for r in rows)
+    assert summary["methods"]["weighted"]["reject_rate"] is not None
+    ledger = read_ledger(tmp_path / "ledger.csv")
+    up = {}
+    for row in ledger:
+        if row["direction"] == "up" and row["method"]:
+            up[row["method"]] = up.get(row["method"], 0) + int(row["bytes"])
+    assert up["combined"] > 8 * 3000 * 2  # every value, both trials
+    assert up["weighted"] < up["federated_table"] < up["combined"]
+    phases = {row["phase"] for row in ledger if row["method"] == "federated_table"}
+    assert phases == {"table-0", "table-1", "table-2"}
+    assert (tmp_path / "pvalues.png").stat().st_size > 10_000
+
+
+def test_quantile_run_reports_normalized_errors_against_the_mixture_quantile(tmp_path):
+    spec = load_scenario(QUANTILE_SCENARIO, ["trials=2", "sites.heterogeneity.kind=none"])
+    run_study(spec, tmp_path, backend="inprocess")
+    rows = RunDirectory(tmp_path).read_results()
+    world = build_trial(spec, 0)
+    sd = np.std(world.y_test, ddof=1)
+    pooled = next(r for r in rows if r["method"] == "pooled" and r["trial"] == "0")
+    estimates, errors = json.loads(pooled["estimates"]), json.loads(pooled["estimate_errors"])
+    for level, estimate in estimates.items():  # no shifts: the truth is the test sample's quantile
+        truth = np.sort(world.y_test)[math.ceil(float(level) * world.y_test.size) - 1]
+        assert errors[level] == pytest.approx((estimate - truth) / sd, abs=1e-9)
+    assert (tmp_path / "quantile_errors.png").exists()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary["methods"]["yj_likelihood"]["estimate_errors"]) == {"0.02", "0.25", "0.5", "0.75", "0.98"}
