@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench paper001-fig2 clean
+.PHONY: demo test test-all bench paper001-fig2 paper004 clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,18 @@ bench: $(VENV)/.installed
 
 paper001-fig2: $(VENV)/.installed
 	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2
+
+# paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
+paper004: $(VENV)/.installed
+	for c in 3 5 10; do \
+	  $(PY) run.py sweep scenarios/paper004/mwu-$$c-centres.yaml --backend inprocess --out runs/paper004/mwu-$$c \
+	    --grid data.options.delta=0,0.05,0.1 --grid sites.heterogeneity.sigma=0.1,0.2 \
+	    --grid sites.heterogeneity.sigma_treatment=0,0.05 || exit 1; \
+	  $(PY) run.py run scenarios/paper004/quantiles-$$c-centres.yaml --backend inprocess \
+	    --out runs/paper004/quantiles-$$c-r4 || exit 1; \
+	  $(PY) run.py run scenarios/paper004/quantiles-$$c-centres.yaml --backend inprocess \
+	    --set data.options.shape=10 --set sites.heterogeneity.sigma=0.0322 --out runs/paper004/quantiles-$$c-r10 || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -109,7 +109,8 @@ class HeterogeneityReport:
         if value is not None:
             self.spreads.append(value)
         sizes = [stats["n"] for stats in summary.values()]
-        ells = self.plan_orders(tuple(sizes)) if all(sizes) else None
+        # proposition 3.4 is about conformal calibration: no FedCP-QQ plan for two-sample statistics
+        ells = self.plan_orders(tuple(sizes)) if all(sizes) and world.task == "regression" else None
         if ells is not None:
             tv = proposition_34(world, self.spec, sizes, ells, rng)
             if tv is not None:
