@@ -113,6 +113,9 @@ def sweep_plots(rows: list[dict], keys: list[str], out: Path) -> list[Path]:
                 axis.plot(*zip(*points), marker=MARKERS[number % len(MARKERS)],
                           linestyle=DASHES[number % len(DASHES)], alpha=0.8,
                           label=f"{method} ({items[0]['codec']})")
+        if not axis.get_legend_handles_labels()[0]:  # an in-process sweep sends no bytes
+            plt.close(fig)
+            continue
         axis.set_xlabel(key)
         axis.set_ylabel("bytes up per site and trial")
         axis.set_yscale("log")
@@ -238,7 +241,7 @@ def sweep_pvalues(results: dict[str, list[dict]], rows: list[dict], keys: list[s
     labels = {row["run"]: ", ".join(str(row[k]) for k in keys) for row in rows}
     width = 0.8 / len(methods)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axis = plt.subplots(figsize=(max(8, 1.1 * len(runs) * len(methods) ** 0.5 + 3), 5))
+    fig, axis = plt.subplots(figsize=(max(8, 0.55 * len(runs) * len(methods) ** 0.5 + 3), 5))
     for number, method in enumerate(methods):
         for i, run in enumerate(runs):
             data = per_run[run].get(method)
