@@ -91,9 +91,11 @@ def test_cqr_net_learns_the_conditional_quantiles():
     assert bounds.shape == (2000, 2) and (bounds[:, 0] <= bounds[:, 1]).all()
     inside = np.mean((bounds[:, 0] <= y_test) & (y_test <= bounds[:, 1]))
     assert 0.7 < inside < 0.9  # nominal 0.8 before conformalization
-    # wider where the noise is larger: the true width ratio of the two regions is about 2.5
+    # wider where the noise is larger: the true width ratio of the two regions is about 2.5, a
+    # constant-width model gives 1; 80 epochs reach 2.3 alone, but 1.7 was seen once in the full
+    # suite on a loaded machine (thread-dependent float reductions), so the bar is 1.4
     width = bounds[:, 1] - bounds[:, 0]
-    assert width[np.abs(X_test[:, 1]) > 1.5].mean() > 1.8 * width[np.abs(X_test[:, 1]) < 0.5].mean()
+    assert width[np.abs(X_test[:, 1]) > 1.5].mean() > 1.4 * width[np.abs(X_test[:, 1]) < 0.5].mean()
 
 
 def default_params(kind):
