@@ -185,6 +185,12 @@ class _OneShotCoordinator(CoordinatorHalf):
         return self.method.combine(self.sizes, self.planned, answers, dropped, self.rng)
 
 
+def expect_empty(body) -> None:
+    """Refuse a request body where the method sends none (one-round methods that ask for everything)."""
+    if body:
+        raise RequestError(f"expected an empty body, got {dict(body)!r}")
+
+
 def two_sample_groups(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A site's two_sample data ((value, group) rows, models.two_sample) as (control x, treatment y)."""
     rows = np.asarray(rows, dtype=float)

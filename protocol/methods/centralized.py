@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.conformal import split_conformal_order, split_conformal_threshold
-from protocol.methods.base import OneShotMethod, Outcome, Planned, RequestError, SiteHalf
+from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty
 
 
 class Centralized(OneShotMethod):
@@ -37,6 +37,5 @@ class AllScores(SiteHalf):
         self.scores = scores
 
     def answer(self, phase, body):
-        if body:
-            raise RequestError(f"expected an empty body, got {dict(body)!r}")
+        expect_empty(body)
         return self.scores

@@ -20,7 +20,7 @@ from protocol.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quanti
                                    yj_likelihood_fit, yj_likelihood_quantile, yj_site_moments, yj_table_fit,
                                    yj_table_quantile)
 from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError, Send,
-                                   SiteHalf, levels_from_request, two_sample_values)
+                                   SiteHalf, expect_empty, levels_from_request, two_sample_values)
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
                                           table_request)
 
@@ -217,8 +217,7 @@ class SiteLoss(SiteHalf):
     def answer(self, phase, body):
         values = two_sample_values(self.rows)
         if phase == "range":
-            if body:
-                raise RequestError(f"expected an empty body, got {dict(body)!r}")
+            expect_empty(body)
             if not values.size:
                 return {"n": 0, "lo": 0.0, "hi": 0.0}
             return {"n": int(values.size), "lo": float(values.min()), "hi": float(values.max())}

@@ -17,7 +17,7 @@ import numpy as np
 from protocol.codecs.summary import Summary
 from protocol.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
                                   t_weighted, u_federated, z_score)
-from protocol.methods.base import Method, OneShotMethod, Outcome, Planned, RequestError, SiteHalf, two_sample_groups
+from protocol.methods.base import Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
                                           table_request)
 
@@ -81,8 +81,7 @@ class SiteMWU(SiteHalf):
         self.rows = rows
 
     def answer(self, phase, body):
-        if body:
-            raise RequestError(f"expected an empty body, got {dict(body)!r}")
+        expect_empty(body)
         x, y = two_sample_groups(self.rows)
         stat = site_statistic(x, y)
         return {"u": stat.u, "variance": stat.variance, "n": stat.n, "m": stat.m}

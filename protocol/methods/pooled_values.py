@@ -14,7 +14,7 @@ from protocol.codecs.summary import Summary
 from protocol.conformal import order_statistic
 from protocol.fedquantiles import pooled_rank
 from protocol.mannwhitney import pooled_test
-from protocol.methods.base import OneShotMethod, Outcome, Planned, RequestError, SiteHalf, two_sample_groups
+from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
 from protocol.methods.fed_quantiles import LEVELS, LEVELS_SPEC
 
 
@@ -64,7 +64,6 @@ class SiteValues(SiteHalf):
         self.rows = rows
 
     def answer(self, phase, body):
-        if body:
-            raise RequestError(f"expected an empty body, got {dict(body)!r}")
+        expect_empty(body)
         x, y = two_sample_groups(self.rows)
         return {"x": x, "y": y}
