@@ -77,7 +77,7 @@ def _run_with_progress(spec, out, start):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from runner.report import communication_table, sites_line, statistics_table, summary_table
+    from runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
     from runner.study import ResumeError
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
@@ -96,6 +96,8 @@ def _run_with_progress(spec, out, start):
             raise click.ClickException(str(exc)) from None
     if spec["model"]["kind"] == "two_sample":  # paper 004: tests and estimates, no prediction sets
         console.print(statistics_table(summary["methods"]))
+    elif spec["model"]["kind"] == "examples":  # paper 002: federated learning, accuracies
+        console.print(learning_table(summary["methods"], summary["communication"]))
     else:
         console.print(summary_table(summary["methods"], spec["alpha"]))
     if summary["communication"]:

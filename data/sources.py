@@ -18,7 +18,7 @@ import numpy as np
 from pathlib import Path
 
 from data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
-from data.synthetic import GENERATORS
+from data.synthetic import CLASSIFICATION_GENERATORS, GENERATORS
 
 SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
                 "wine": "classification", "breast_cancer": "classification"}
@@ -45,7 +45,7 @@ class Synthetic:
 
     @staticmethod
     def task(params) -> str:
-        return "regression"
+        return "classification" if params["generator"] in CLASSIFICATION_GENERATORS else "regression"
 
     @staticmethod
     def check(params) -> tuple[str, str, object] | None:
@@ -70,10 +70,11 @@ class Synthetic:
         generate = GENERATORS[params["generator"]]
         options = params.get("options") or {}
         X, y = generate(params["n"], rng, **options)
+        task = Synthetic.task(params)
         if params.get("n_test"):
             X_test, y_test = generate(params["n_test"], rng, **options)
-            return Dataset(X, y, X_test=X_test, y_test=y_test)
-        return Dataset(X, y)
+            return Dataset(X, y, task, X_test=X_test, y_test=y_test)
+        return Dataset(X, y, task)
 
 
 class Real:

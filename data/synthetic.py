@@ -45,5 +45,24 @@ def paper001_chi2(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
     return np.zeros((n, 1)), np.clip(rng.chisquare(4.0, n), 0.0, 10.0)
 
 
+def classification_blobs(n: int, rng: np.random.Generator, classes: int = 10, features: int = 20,
+                         clusters: int = 3, separation: float = 0.6, layout_seed: int = 0):
+    """Labelled points for federated learning curves (paper 002's experiments use image sets; this is
+    a synthetic stand-in of any size): each class owns `clusters` Gaussian blobs, x = c + N(0, I),
+    the centres c ~ N(0, separation^2 I) in R^features. Several blobs per class make the classes
+    not linearly separable, so wider and deeper networks learn more. The centres come from
+    `layout_seed`, not from rng, so that every call (training data, a separate test set) draws
+    from the same distribution. Labels are 0 .. classes - 1 (as floats)."""
+    classes, features, clusters = int(classes), int(features), int(clusters)
+    if classes < 2 or features < 1 or clusters < 1:
+        raise ValueError(f"classification_blobs needs classes >= 2, features >= 1, clusters >= 1; got {classes}, "
+                         f"{features}, {clusters}")
+    centres = np.random.default_rng(int(layout_seed)).normal(0.0, separation, (classes * clusters, features))
+    blob = rng.integers(0, classes * clusters, n)
+    return centres[blob] + rng.standard_normal((n, features)), (blob % classes).astype(float)
+
+
 GENERATORS = {"romano2019": romano2019, "paper004_shift": paper004_shift, "paper004_gamma": paper004_gamma,
-              "paper001_uniform": paper001_uniform, "paper001_chi2": paper001_chi2}
+              "paper001_uniform": paper001_uniform, "paper001_chi2": paper001_chi2, "classification_blobs": classification_blobs}
+#: generators whose labels are classes (the others give a regression response)
+CLASSIFICATION_GENERATORS = {"classification_blobs"}

@@ -21,6 +21,9 @@ class Model(ABC):
     task: ClassVar[str] = "regression"  # or "classification"
     score: ClassVar[str]  # a key of models.scores.SCORES (classifiers may choose per instance)
     PARAMS: ClassVar[dict[str, dict]] = {}
+    #: what sites hold for methods: "scores" (conformity scores of this model), "two_sample" or
+    #: "examples" (labelled rows for federated learning); protocol.methods' Method.data must match
+    data: ClassVar[str] = "scores"
     n_classes: int | None = None  # classification: classes in the whole data set (set by the harness)
 
     def __init__(self, device: str = "auto", **params: Any) -> None:

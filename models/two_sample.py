@@ -19,6 +19,7 @@ from models.base import Model
 class TwoSample(Model):
     kind = "two_sample"
     task = "two_sample"
+    data = "two_sample"
     score = "absolute_residual"  # unused: scores() is overridden
     PARAMS: dict = {}
 

@@ -4,6 +4,8 @@
     results.csv     one row per trial and method, appended and fsync'ed as each session ends
     events.jsonl    joins, dropouts, rejected messages, sessions (coordinator.events)
     ledger.csv      every message at the coordinator's socket with its wire size (transport.ledger)
+    rounds.csv      federated learning only: one row per trial, method and round (accuracies,
+                    conformal set sizes, weight bytes, wire bytes), appended as each session ends
     summary.json    per-method aggregates, written at the end (and rebuilt from results.csv)
     logs/           one log file per site process
 """
@@ -20,7 +22,12 @@ import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "epsilon_local", "quantile_error",
-                  "clipped", "p_value", "statistic", "estimates", "estimate_errors", "seconds", "reason"]
+                  "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
+                  "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason"]
+ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_mean", "accuracy_sd", "accuracy_min",
+                 "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",
+                 "private_set_size", "eta", "weights_bytes_down", "weights_bytes_up", "private_weights_bytes",
+                 "wire_bytes_down", "wire_bytes_up", "dropped"]
 
 
 class RunDirectory:
@@ -34,6 +41,7 @@ class RunDirectory:
         self.events = self.path / "events.jsonl"
         self.ledger = self.path / "ledger.csv"
         self.summary = self.path / "summary.json"
+        self.rounds = self.path / "rounds.csv"
 
     def write_scenario(self, scenario: dict) -> None:
         (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -45,12 +53,18 @@ class RunDirectory:
     def repair(self) -> None:
         """After a kill: drop a torn last line from the append-only files, keeping every
         complete record (each was flushed before the next began)."""
-        for path in (self.results, self.events, self.ledger):
+        for path in (self.results, self.events, self.ledger, self.rounds):
             if not path.exists():
                 continue
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 path.write_bytes(data[: data.rfind(b"\n") + 1])
+        if self.rounds.exists():  # rounds of a session killed before its result row: it runs again
+            done = {(r["trial"], r["method"]) for r in self.read_results()}
+            kept = [r for r in self.read_rounds() if (r["trial"], r["method"]) in done]
+            self.rounds.unlink()
+            if kept:
+                self.append_rounds(kept)
 
     def fired_faults(self) -> set[int]:
         """Indices of coordinator-kill faults already carried out (they must not fire again)."""
@@ -75,6 +89,23 @@ class RunDirectory:
             writer.writerow({key: _cell(row.get(key)) for key in RESULT_COLUMNS})
             handle.flush()
             os.fsync(handle.fileno())
+
+    def append_rounds(self, rows: list[dict]) -> None:
+        """Append a learning session's per-round rows, forced to disk like results.csv."""
+        new = not self.rounds.exists()
+        with open(self.rounds, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=ROUND_COLUMNS, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerows({key: _cell(row.get(key)) for key in ROUND_COLUMNS} for row in rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_rounds(self) -> list[dict]:
+        if not self.rounds.exists():
+            return []
+        with open(self.rounds, newline="") as handle:
+            return list(csv.DictReader(handle))
 
     def read_results(self) -> list[dict]:
         if not self.results.exists():

@@ -268,3 +268,55 @@ def sweep_pvalues(results: dict[str, list[dict]], rows: list[dict], keys: list[s
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
+
+
+def learning_plot(rounds: list[dict], out: Path, name: str = "learning_curves.png") -> list[Path]:
+    """Paper 002: mean per-site test accuracy against rounds (band: +- the sd over sites; dashed:
+    FedType's proxies) and the cumulative bytes of weights sent (wire bytes where the run had a
+    wire, else the weights' own bytes), with dotted lines for what sending each site's private
+    model up and down would have cost. Means over trials."""
+    if not rounds:
+        return []
+    curves: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for row in rounds:
+        curves[row["method"]][int(row["round"])].append(row)
+
+    def mean(items, key):
+        values = [float(r[key]) for r in items if r.get(key) not in ("", "nan", None)]
+        return sum(values) / len(values) if values else math.nan
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, (method, by_round) in enumerate(curves.items()):
+        xs = sorted(by_round)
+        acc = [mean(by_round[x], "accuracy_mean") for x in xs]
+        sd = [mean(by_round[x], "accuracy_sd") for x in xs]
+        line, = left.plot(xs, acc, marker=MARKERS[i % len(MARKERS)], markevery=max(1, len(xs) // 10), label=method)
+        left.fill_between(xs, [a - s for a, s in zip(acc, sd)], [a + s for a, s in zip(acc, sd)],
+                          color=line.get_color(), alpha=0.12)
+        proxy = [mean(by_round[x], "proxy_accuracy") for x in xs]
+        if any(not math.isnan(p) for p in proxy):
+            left.plot(xs, proxy, linestyle="--", color=line.get_color(), label=f"{method} proxy")
+        wire = [mean(by_round[x], "wire_bytes_down") + mean(by_round[x], "wire_bytes_up") for x in xs]
+        payload = [mean(by_round[x], "weights_bytes_down") + mean(by_round[x], "weights_bytes_up") for x in xs]
+        sent = wire if any(w > 0 for w in wire) else payload
+        cumulative = [sum(sent[:k + 1]) for k in range(len(sent))]
+        if any(c > 0 for c in cumulative):
+            right.plot(xs, cumulative, color=line.get_color(), label=f"{method} ({'wire' if sent is wire else 'weights'})")
+        private = [mean(by_round[x], "private_weights_bytes") for x in xs]
+        if any(c > 0 for c in cumulative) and any(p > 0 for p in private):
+            right.plot(xs, [sum(private[:k + 1]) for k in range(len(private))], linestyle=":",
+                       color=line.get_color(), label=f"{method}: had private models been sent")
+    left.set_xlabel("round")
+    left.set_ylabel("test accuracy (mean over sites)")
+    left.legend(fontsize=8, loc="lower right")
+    left.set_title("accuracy per round")
+    right.set_xlabel("round")
+    right.set_ylabel("bytes (cumulative)")
+    right.set_yscale("log")
+    right.legend(fontsize=8, loc="upper left")
+    right.set_title("weights sent, cumulative")
+    fig.tight_layout()
+    path = out / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -40,8 +40,38 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
             "epsilon_obtained_max": _max_of(items, "epsilon_obtained"),
             **_test_summary(finite),
             **_estimate_summary(finite),
+            **_learning_summary(finite),
         }
     return out
+
+
+LEARNING_KEYS = ("accuracy", "global_accuracy", "proxy_accuracy", "set_coverage")
+
+
+def _learning_summary(rows: list[dict]) -> dict:
+    """Paper 002's learning sessions: the final accuracies' mean over trials (each a mean over the
+    sites' test splits), and the spread over sites averaged over trials."""
+    if not _numbers(rows, "accuracy"):
+        return {}
+    out = {f"{key}_mean": _mean_of(rows, key) for key in LEARNING_KEYS}
+    out["accuracy_trial_sd"] = float(np.std(_numbers(rows, "accuracy")))
+    out["accuracy_site_sd_mean"] = _mean_of(rows, "accuracy_sd")
+    return out
+
+
+def learning_table(summary: dict[str, dict], costs: dict[str, dict]):
+    from rich.table import Table
+
+    table = Table(title="Federated learning: final test accuracy per site (mean over sites, then trials)")
+    for column in ("method", "ok/abort", "accuracy", "sd over sites", "global", "proxy", "set coverage", "bytes"):
+        table.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
+    for method, s in summary.items():
+        cost = costs.get(method, {}).get("bytes_per_trial")
+        table.add_row(method, f"{s['ok']}/{s['aborted']}", _fmt(s.get("accuracy_mean")),
+                      _fmt(s.get("accuracy_site_sd_mean")), _fmt(s.get("global_accuracy_mean")),
+                      _fmt(s.get("proxy_accuracy_mean")), _fmt(s.get("set_coverage_mean")),
+                      "-" if cost is None else f"{cost:,.0f}")
+    return table
 
 
 def _test_summary(rows: list[dict]) -> dict:
@@ -118,7 +148,8 @@ def summary_table(summary: dict[str, dict], alpha: float):
         table.add_column(column, justify="left" if column in ("method", "codec", "privacy") else "right",
                          no_wrap=True)
     for method, s in summary.items():
-        privacy = "-" if s["privacy"] == "none" else f"eps={s['epsilon']:g} {s['privacy']}"
+        privacy = ("-" if s["privacy"] == "none" else s["privacy"] if s["epsilon"] is None
+                   else f"eps={s['epsilon']:g} {s['privacy']}")
         table.add_row(method, s["codec"], privacy, f"{s['ok']}/{s['infinite']}/{s['aborted']}",
                       _fmt(s["coverage_mean"]), _fmt(s["coverage_std"]), _fmt(s["coverage_min"]),
                       _fmt(s["guarantee_mean"]), _fmt(s["size_mean"]), _fmt(s["size_median"]))

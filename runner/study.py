@@ -20,7 +20,7 @@ from data.heterogeneity import shift_response
 from protocol.methods import METHODS, Outcome
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
-from runner.plots import run_plots
+from runner.plots import learning_plot, run_plots
 from protocol.randomness import trial_rng
 from runner.heterogeneity import HeterogeneityReport
 from runner.report import communication, summarize
@@ -116,6 +116,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                 outcome = federation.run_method(trial, index, method, sizes, label)
                 row = _result_row(trial, label, method, outcome, world, len(sizes),
                                   time.perf_counter() - began)
+                if "rounds" in outcome.details:  # federated learning: one row per round as well
+                    rundir.append_rounds(round_rows(trial, label, outcome.details["rounds"], federation.ledger.rows))
                 rundir.append_result(row)
                 if progress is not None:
                     progress(trial, label, row)
@@ -137,6 +139,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     rundir.write_summary(summary)
     try:
         run_plots(rundir.read_results(), scenario["alpha"], rundir.path)
+        learning_plot(rundir.read_rounds(), rundir.path)
     except Exception as exc:  # a plot must never cost the results already written
         EventLog(rundir.events).write("plot_failed", reason=f"{type(exc).__name__}: {exc}")
     return summary
@@ -157,9 +160,23 @@ def _fedcp_qq_orders(scenario: dict):
     return orders
 
 
+def round_rows(trial: int, label: str, rounds: list[dict], ledger_rows: list[dict]) -> list[dict]:
+    """rounds.csv rows of one learning session: the method's per-round record plus the wire bytes
+    the ledger saw in that round's phase (processes backend; 0 in-process, which has no wire)."""
+    wire: dict[tuple[str, str], int] = {}
+    for row in ledger_rows:
+        if str(row.get("trial")) == str(trial) and row.get("method") == label:
+            key = (row["phase"], row["direction"])
+            wire[key] = wire.get(key, 0) + int(row["bytes"])
+    return [{"trial": trial, "method": label, **record,
+             "wire_bytes_down": wire.get((f"round-{record['round'] - 1}", "down"), 0),
+             "wire_bytes_up": wire.get((f"round-{record['round'] - 1}", "up"), 0)} for record in rounds]
+
+
 def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWorld, sites: int,
                 seconds: float) -> dict:
-    statistics = world.task == "two_sample"  # paper 004: tests and estimates, no prediction sets
+    # paper 004's tests and estimates and paper 002's learning have no central prediction sets
+    statistics = world.task == "two_sample" or world.model.data == "examples"
     coverage, size = (math.nan, math.nan) if statistics else _evaluate(outcome, world)
     details = outcome.details
     privacy = method.privacy
@@ -179,6 +196,9 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "epsilon_local": details.get("epsilon_local"),
         "quantile_error": _worst_quantile_error(details, method, world), "clipped": clipped,
         "p_value": details.get("p_value"), "statistic": details.get("statistic"),
+        "accuracy": details.get("accuracy"), "accuracy_sd": details.get("accuracy_sd"),
+        "global_accuracy": details.get("global_accuracy"), "proxy_accuracy": details.get("proxy_accuracy"),
+        "set_coverage": details.get("set_coverage"),
         "estimates": json.dumps(details["estimates"]) if "estimates" in details else None,
         "estimate_errors": json.dumps(_estimate_errors(details["estimates"], world)) if "estimates" in details else None,
         "seconds": round(seconds, 6), "reason": reason,

@@ -113,9 +113,10 @@ def _cross_checks(s: dict) -> None:
     if total > 1 + 1e-9:
         raise ScenarioError("split", "fractions adding up to at most 1", total)
     separate_test = bool(data.get("n_test"))
+    gives = MODELS[s["model"]["kind"]].data
     if separate_test and split["test"] > 0:
         raise ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
-    if not separate_test and split["test"] == 0:
+    if not separate_test and split["test"] == 0 and gives != "examples":  # learning sites test on their own
         raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
     source = SOURCES[data["source"]]
     problem = source.check(data) if hasattr(source, "check") else None
@@ -128,10 +129,10 @@ def _cross_checks(s: dict) -> None:
                             s["model"]["kind"])
     for index, method in enumerate(s["methods"]):
         wants = METHODS[method["name"]].data
-        if (wants == "two_sample") != (model_task == "two_sample"):
+        if wants != gives:
             raise ScenarioError(f"methods[{index}].name", f"a method for the model's data: "
                                 f"{method['name']} works on {wants} data, model {s['model']['kind']} gives "
-                                f"{'two_sample' if model_task == 'two_sample' else 'scores'}", method["name"])
+                                f"{gives}", method["name"])
     if sites["heterogeneity"]["kind"] == "dirichlet" and task != "classification":
         raise ScenarioError("sites.heterogeneity.kind", "dirichlet label skew for classification data only",
                             "dirichlet")

@@ -7,6 +7,7 @@ from protocol.codecs.raw_scores import RawScores
 from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.codecs.shuffle import Shuffle
 from protocol.codecs.summary import Summary
+from protocol.codecs.tensors import Tensors
 
 CODECS: dict[str, type[Codec]] = {
     RawQuantile.name: RawQuantile,
@@ -15,6 +16,7 @@ CODECS: dict[str, type[Codec]] = {
     SecAggDDG.name: SecAggDDG,
     Shuffle.name: Shuffle,
     Summary.name: Summary,
+    Tensors.name: Tensors,
 }
 
 __all__ = ["CODECS", "Codec", "PayloadError"]

@@ -8,6 +8,7 @@ from protocol.methods.fedcp2_qq import FedCP2QQ
 from protocol.methods.fedcp2_qq_secagg import FedCP2QQSecAgg
 from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
 from protocol.methods.fedcp_qq import FedCPQQ
+from protocol.methods.fedtype import FedAvg, FedType, LocalOnly
 from protocol.methods.fed_quantiles import KAnonQuantiles, QuantileLoss, YJLikelihood
 from protocol.methods.mwu import MWUSites, MWUTable
 from protocol.methods.pooled_values import PooledValues
@@ -29,6 +30,9 @@ METHODS: dict[str, type[Method]] = {
     KAnonQuantiles.name: KAnonQuantiles,
     YJLikelihood.name: YJLikelihood,
     QuantileLoss.name: QuantileLoss,
+    LocalOnly.name: LocalOnly,
+    FedAvg.name: FedAvg,
+    FedType.name: FedType,
 }
 
 __all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]

@@ -1,0 +1,151 @@
+"""A site's local training in one federated round: plain cross-entropy (local-only training and
+FedAvg) and FedType's epoch-level UARL (paper 002, algorithm 1).
+
+Randomness is the site's numpy Generator (mini-batch order, the RAPS randomization u) and the
+seeds it hands torch, so a round is a function of the site's seed and the weights it was sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from learning.nets import accuracy, logits
+from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
+                           forward_kd_loss)
+
+#: appendix C: a client's data split into local training, testing and conformal (validation) sets
+SPLIT = (0.7, 0.2, 0.1)
+
+
+@dataclass
+class SiteData:
+    """A site's three splits as torch tensors on its device."""
+
+    X_train: "torch.Tensor"  # noqa: F821
+    y_train: "torch.Tensor"  # noqa: F821
+    X_test: "torch.Tensor"  # noqa: F821
+    y_test: "torch.Tensor"  # noqa: F821
+    X_val: "torch.Tensor"  # noqa: F821
+    y_val: "torch.Tensor"  # noqa: F821
+
+    @staticmethod
+    def split(rows: np.ndarray, rng: np.random.Generator, device: str) -> "SiteData":
+        """rows: (n, d + 1), the features then the class label (models.examples). A random 7:2:1
+        split (appendix C); every split gets at least one point when n >= 3."""
+        import torch
+
+        rows = np.asarray(rows, dtype=np.float32)
+        order = rng.permutation(len(rows))
+        n_test = max(1, int(round(SPLIT[1] * len(rows)))) if len(rows) >= 3 else 0
+        n_val = max(1, int(round(SPLIT[2] * len(rows)))) if len(rows) >= 3 else 0
+        test, val, train = order[:n_test], order[n_test:n_test + n_val], order[n_test + n_val:]
+        X = torch.as_tensor(rows[:, :-1], device=device)
+        y = torch.as_tensor(rows[:, -1].astype(np.int64), device=device)
+        pick = lambda idx: (X[torch.as_tensor(idx, dtype=torch.long, device=device)],  # noqa: E731
+                            y[torch.as_tensor(idx, dtype=torch.long, device=device)])
+        return SiteData(*pick(train), *pick(test), *pick(val))
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Local-update hyper-parameters (appendix F: Adam, batch 16, R = 5, lambda 0.5, k_reg 5,
+    theta 0.1; the learning rate is the scenario's)."""
+
+    lr: float
+    batch_size: int
+    local_epochs: int  # R of algorithm 1
+    passes: int  # times algorithm 1 (or a cross-entropy pass over D_i) runs per round
+    lam: float = 0.5
+    k_reg: int = 5
+    theta: float = 0.1
+    backward_loss: str = "eq3"  # learning.uarl.BACKWARD_LOSSES
+
+
+def batches(indices: np.ndarray, batch_size: int):
+    for start in range(0, len(indices), batch_size):
+        yield indices[start:start + batch_size]
+
+
+def supervised_round(net, optimizer, data: SiteData, config: TrainingConfig, rng: np.random.Generator) -> None:
+    """`passes` epochs of mini-batch cross-entropy on the training split."""
+    import torch
+    import torch.nn.functional as F
+
+    net.train()
+    for _ in range(config.passes):
+        for batch in batches(rng.permutation(len(data.y_train)), config.batch_size):
+            index = torch.as_tensor(batch, dtype=torch.long, device=data.y_train.device)
+            optimizer.zero_grad()
+            F.cross_entropy(net(data.X_train[index]), data.y_train[index]).backward()
+            optimizer.step()
+    net.eval()
+
+
+@dataclass
+class UARLState:
+    """What FedType's site remembers between epochs and rounds: the proxy's last validation
+    accuracy, for Delta of eq. (7)."""
+
+    last_proxy_accuracy: float | None = None
+
+
+def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfig, state: UARLState,
+               rng: np.random.Generator) -> dict[str, float]:
+    """Algorithm 1, `passes` times: the shuffled D_i in R parts; per part ("epoch") r, conformal
+    models of both networks on D'_i (eq. 5) with g(Delta, lambda) (eq. 7), Delta the change of the
+    proxy's validation accuracy since the last measurement; the sets S (proxy) and L (private) of
+    eq. (6) and eta of eq. (8) for the part's points; then mini-batch steps on eq. (2),
+    CE + forward KD (eq. 1, trains the proxy) + backward KD (eq. 3, trains the private model).
+    Returns the mean |S|, |L| and eta over the points trained on, and the last g."""
+    import torch
+    import torch.nn.functional as F
+
+    device = data.y_train.device
+    val_labels = data.y_val.cpu().numpy()
+    sizes_s, sizes_l, etas, g = [], [], [], config.lam
+    for _ in range(config.passes):
+        for part in np.array_split(rng.permutation(len(data.y_train)), config.local_epochs):
+            if not len(part):
+                continue
+            private.eval(), proxy.eval()
+            proxy_accuracy = accuracy(proxy, data.X_val, data.y_val)
+            delta = 0.0 if state.last_proxy_accuracy is None or np.isnan(proxy_accuracy) else (
+                proxy_accuracy - state.last_proxy_accuracy)
+            state.last_proxy_accuracy = proxy_accuracy
+            g = calibration_penalty(delta, config.lam)
+            cp = fit_conformal(logits(proxy, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg, rng)
+            cw = fit_conformal(logits(private, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg, rng)
+            X_part = data.X_train[torch.as_tensor(part, dtype=torch.long, device=device)]
+            S = cp.sets(logits(proxy, X_part).cpu().numpy(), rng.uniform(size=len(part)))
+            L = cw.sets(logits(private, X_part).cpu().numpy(), rng.uniform(size=len(part)))
+            eta = consensus_weight(S, L)
+            sizes_s.append(S.sum(axis=1)), sizes_l.append(L.sum(axis=1)), etas.append(eta)
+            private.train(), proxy.train()
+            for batch in batches(rng.permutation(len(part)), config.batch_size):
+                index = torch.as_tensor(part[batch], dtype=torch.long, device=device)
+                x, y = data.X_train[index], data.y_train[index]
+                zw, zp = private(x), proxy(x)
+                loss = (F.cross_entropy(zw, y) + forward_kd_loss(zw, zp)
+                        + backward_kd_loss(zw, S[batch], eta[batch], config.backward_loss))
+                for optimizer in optimizers:
+                    optimizer.zero_grad()
+                loss.backward()
+                for optimizer in optimizers:
+                    optimizer.step()
+    private.eval(), proxy.eval()
+    mean = lambda parts: float(np.mean(np.concatenate(parts))) if parts else float("nan")  # noqa: E731
+    return {"set_size": mean(sizes_s), "private_set_size": mean(sizes_l), "eta": mean(etas), "g": float(g)}
+
+
+def set_coverage(proxy, data: SiteData, config: TrainingConfig, penalty: float,
+                 rng: np.random.Generator) -> tuple[float, float]:
+    """Test coverage and mean size of the proxy's conformal sets (eq. 6, calibrated on D'_i)."""
+    if not len(data.y_test):
+        return float("nan"), float("nan")
+    cp = fit_conformal(logits(proxy, data.X_val).cpu().numpy(), data.y_val.cpu().numpy(), config.theta, penalty,
+                       config.k_reg, rng)
+    sets = cp.sets(logits(proxy, data.X_test).cpu().numpy(), rng.uniform(size=len(data.y_test)))
+    labels = data.y_test.cpu().numpy()
+    return float(np.mean(sets[np.arange(len(labels)), labels])), float(np.mean(sets.sum(axis=1)))

@@ -1,0 +1,320 @@
+"""Multi-round federated learning as a session (paper 002, section 3.3 and appendix A).
+
+Phases: `setup` (every site gets the training configuration and its private architecture, builds
+its networks, and answers with its feature count and split sizes), then `round-0`, `round-1`, ...:
+the coordinator samples a fraction of the sites with its own seeded Generator, sends each the
+global weights (when the method has any), and averages the weights that come back, weighted by
+each site's training size n_j (FedAvg, McMahan et al. 2017); finally `evaluate`: every site that
+completed setup scores the final models on its own test split.
+
+Weights travel through the `tensors` codec in the precision the scenario picks. Sites report
+their accuracies as metrics (they hold the test data; the coordinator never sees a private
+model). The coordinator half keeps one record per round: what each answering site reported,
+and the weight bytes that went down and up, next to what they would have been had each site
+sent (and received) its private model instead.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from learning.nets import ARCHITECTURE_FIELDS
+from protocol.codecs.tensors import PRECISIONS, pack_tensors, unpack_tensors
+from protocol.codecs.base import PayloadError
+from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+
+MAX_ROUNDS = 1000
+PHASES = ("setup", *(f"round-{t}" for t in range(MAX_ROUNDS)), "evaluate")
+ARCHITECTURE = {"type": "map", "fields": ARCHITECTURE_FIELDS}
+LEARNING_PARAMS = {
+    "classes": {"type": "int", "min": 2},
+    "rounds": {"type": "int", "min": 1, "max": MAX_ROUNDS, "default": 20},
+    "fraction": {"type": "float", "gt": 0, "le": 1, "default": 1.0},
+    "lr": {"type": "float", "gt": 0, "default": 1e-3},
+    "batch_size": {"type": "int", "min": 1, "default": 16},
+    "local_epochs": {"type": "int", "min": 1, "default": 5},
+    "passes": {"type": "int", "min": 1, "default": 1},
+    "precision": {"type": "str", "choices": sorted(PRECISIONS), "default": "float32"},
+    "device": {"type": "str", "choices": ["auto", "cpu", "cuda"], "default": "auto"},
+}
+PRIVATE_MODELS = {"type": "list", "min_len": 1, "of": ARCHITECTURE,
+                  "default": [{"kind": "mlp", "hidden": [256, 256], "channels": [], "image": []}]}
+PROXY_MODEL = {**ARCHITECTURE, "default": {"kind": "mlp", "hidden": [32], "channels": [], "image": []}}
+
+
+def weighted_average(weights: list[Mapping[str, np.ndarray]], sizes: list[int]) -> dict[str, np.ndarray]:
+    """FedAvg's server step (McMahan et al. 2017; paper 002 section 3.3): sum_j n_j w_j / sum_j n_j,
+    per tensor, in float64, returned as float32."""
+    total = float(sum(sizes))
+    return {name: (sum(np.asarray(w[name], dtype=np.float64) * n for w, n in zip(weights, sizes)) / total
+                   ).astype(np.float32) for name in weights[0]}
+
+
+def sample_sites(sites: list[str], fraction: float, rng: np.random.Generator) -> list[str]:
+    """max(1, round(fraction x m)) sites without replacement (the cross-device setting's B of N)."""
+    count = min(len(sites), max(1, int(round(fraction * len(sites)))))
+    return sorted(rng.choice(sites, size=count, replace=False).tolist()) if count < len(sites) else list(sites)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return {"mean": math.nan, "sd": math.nan, "min": math.nan, "max": math.nan}
+    array = np.asarray(values, dtype=float)
+    return {"mean": float(array.mean()), "sd": float(array.std()), "min": float(array.min()),
+            "max": float(array.max())}
+
+
+class LearningMethod(Method):
+    """A federated learning method; subclasses say which architectures exist and what counts as
+    the method's accuracy (`primary`: the site metric its results report)."""
+
+    codec = "tensors"
+    phases = PHASES
+    data = "examples"
+    primary: ClassVar[str] = "private_accuracy"
+    uses_weights: ClassVar[bool] = True
+
+    def __init__(self, alpha: float, **params: Any) -> None:
+        super().__init__(alpha, **params)
+        self.rounds, self.fraction = params["rounds"], params["fraction"]
+
+    def setup_request(self, index: int) -> dict:
+        """The configuration the site at position `index` (in site-id order) trains with."""
+        p = self.params
+        request = {key: p[key] for key in ("classes", "lr", "batch_size", "local_epochs", "passes", "device")}
+        request["precision"] = PRECISIONS[p["precision"]]
+        return request
+
+    def global_architecture(self) -> dict | None:
+        """The architecture whose weights the coordinator averages (None: nothing is shared)."""
+        return None
+
+    def coordinator(self, sizes, rng) -> CoordinatorHalf:
+        return RoundsCoordinator(self, dict(sizes), rng)
+
+    @property
+    def privacy(self):
+        return {"epsilon": None, "model": "no differential privacy; weights in the clear"}
+
+
+class RoundsCoordinator(CoordinatorHalf):
+    def __init__(self, method: LearningMethod, sizes: dict[str, int], rng: np.random.Generator) -> None:
+        self.method, self.sites, self.rng = method, sorted(sizes), rng
+        self.members: dict[str, dict] = {}  # site -> its setup metrics
+        self.weights: dict[str, np.ndarray] | None = None
+        self.records: list[dict] = []
+        self.excluded: dict[str, str] = {}
+
+    def start(self):
+        if not self.sites:
+            return Outcome.aborted("no site joined the session")
+        return Send("setup", {site: self.method.setup_request(i) for i, site in enumerate(self.sites)})
+
+    def advance(self, phase, answers, dropped):
+        if phase == "setup":
+            return self._after_setup(answers, dropped)
+        if phase == "evaluate":
+            return self._finish(answers, dropped)
+        return self._after_round(int(phase.split("-")[1]), answers, dropped)
+
+    def _after_setup(self, answers, dropped):
+        self.excluded.update({site: f"setup: {reason}" for site, reason in dropped.items()})
+        if not answers:
+            return Outcome.aborted(f"no site completed setup ({len(dropped)} dropped)", dropped=dict(dropped))
+        features = {site: int(value["metrics"]["features"]) for site, value in answers.items()}
+        if len(set(features.values())) > 1:
+            return Outcome.aborted(f"sites disagree on the feature count: {features}")
+        self.members = {site: value["metrics"] for site, value in answers.items()}
+        architecture = self.method.global_architecture()
+        if architecture is not None:
+            from learning.nets import build_net, get_weights
+
+            net = build_net(architecture, next(iter(features.values())), self.method.params["classes"],
+                            seed=int(self.rng.integers(2**31 - 1)))
+            self.weights = get_weights(net)
+        return self._round(0)
+
+    def _round(self, t: int):
+        chosen = sample_sites(sorted(self.members), self.method.fraction, self.rng)
+        self.records.append({"round": t + 1, "sampled": len(chosen), "sites": {}, "dropped": {},
+                             "weights_bytes_down": 0, "weights_bytes_up": 0, "private_weights_bytes": 0})
+        return Send(f"round-{t}", {site: self._weights_body() for site in chosen})
+
+    def _weights_body(self) -> dict:
+        if self.weights is None:
+            return {}
+        precision = self.method.params["precision"]
+        return {"weights": pack_tensors({k: v.astype(precision) for k, v in self.weights.items()})}
+
+    def _accept(self, answers, dropped, record) -> tuple[list, list]:
+        """The answers whose tensors fit the global architecture (others are named in `dropped`)."""
+        record["dropped"].update(dropped)
+        kept, sizes = [], []
+        shapes = {k: v.shape for k, v in self.weights.items()} if self.weights is not None else {}
+        sent = sum(v.size for v in self.weights.values()) * (2 if self.method.params["precision"] == "float16" else 4) \
+            if self.weights is not None else 0
+        for site, value in answers.items():
+            tensors, metrics = value["tensors"], value["metrics"]
+            got = {k: v.shape for k, v in tensors.items()}
+            if got != shapes:
+                record["dropped"][site] = f"tensors {sorted(got)} do not match the global architecture"
+                continue
+            record["sites"][site] = metrics
+            record["weights_bytes_up"] += sum(a.nbytes for a in tensors.values())
+            record["weights_bytes_down"] += sent
+            bytes_per_value = 2 if self.method.params["precision"] == "float16" else 4
+            record["private_weights_bytes"] += 2 * int(self.members[site].get("private_parameters", 0)) * bytes_per_value
+            if tensors:
+                kept.append(tensors)
+                sizes.append(int(self.members[site]["train"]))
+        return kept, sizes
+
+    def _after_round(self, t, answers, dropped):
+        record = self.records[-1]
+        kept, sizes = self._accept(answers, dropped, record)
+        if len(self.records) > 1:  # the global model these sites received: the aggregate after round t
+            self.records[-2]["global"] = {s: m.get("global_accuracy") for s, m in record["sites"].items()}
+        if kept and self.weights is not None and sum(sizes) > 0:
+            self.weights = weighted_average(kept, sizes)
+        if t + 1 < self.method.rounds:
+            return self._round(t + 1)
+        return Send("evaluate", {site: self._weights_body() for site in sorted(self.members)})
+
+    def _finish(self, answers, dropped):
+        if self.records:
+            self.records[-1]["global"] = {s: v["metrics"].get("global_accuracy") for s, v in answers.items()}
+        if not answers:
+            return Outcome.aborted(f"no site answered the evaluation ({len(dropped)} dropped)", dropped=dict(dropped))
+        final = {site: value["metrics"] for site, value in answers.items()}
+        primary = spread([m.get(self.method.primary) for m in final.values()])
+        details = {"accuracy": primary["mean"], "accuracy_sd": primary["sd"], "answered": len(final),
+                   "rounds": [self._summary(r) for r in self.records], "excluded": {**self.excluded, **dropped},
+                   "training_device": _devices(self.members.values())}
+        for key in ("global_accuracy", "proxy_accuracy", "private_accuracy", "set_coverage", "test_set_size"):
+            details[key] = spread([m.get(key) for m in final.values()])["mean"]
+        return Outcome("ok", math.nan, "", details)
+
+    def _summary(self, record: dict) -> dict:
+        """One row of rounds.csv (without the ledger's wire bytes, which the runner adds)."""
+        sites = record["sites"]
+        global_accuracy = list(record.get("global", {}).values())
+        primary = global_accuracy if self.method.primary == "global_accuracy" else \
+            [m.get(self.method.primary) for m in sites.values()]
+        row = {"round": record["round"], "sampled": record["sampled"], "answered": len(sites),
+               **{f"accuracy_{k}": v for k, v in spread(primary).items()},
+               "global_accuracy": spread(global_accuracy)["mean"]}
+        for key in ("private_accuracy", "proxy_accuracy", "set_size", "private_set_size", "eta"):
+            row[key] = spread([m.get(key) for m in sites.values()])["mean"]
+        row.update({k: record[k] for k in ("weights_bytes_down", "weights_bytes_up", "private_weights_bytes")})
+        row["dropped"] = "; ".join(f"{s}: {r}" for s, r in sorted(record["dropped"].items()))
+        return row
+
+
+def _devices(metrics) -> str:
+    cuda = {int(m.get("cuda", 0)) for m in metrics}
+    return "cuda" if cuda == {1} else "cpu" if cuda == {0} else "mixed"
+
+
+class LearningSite(SiteHalf):
+    """What every learning site does: split its rows 7:2:1 (learning.train.SPLIT), check the
+    configuration, and answer setup; subclasses build networks and train."""
+
+    def __init__(self, rows: np.ndarray, rng: np.random.Generator) -> None:
+        rows = np.asarray(rows, dtype=float)
+        if rows.ndim != 2 or rows.shape[1] < 2:
+            raise RequestError(f"this method needs examples data (features then label per row), the site holds "
+                               f"shape {rows.shape}")
+        self.rows, self.rng = rows, rng
+        self.config = None
+        self.round = -1
+
+    def answer(self, phase, body):
+        if phase == "setup":
+            return self._setup(body)
+        if self.config is None:
+            raise RequestError(f"{phase} before setup in this session (was this site restarted?)")
+        if phase == "evaluate":
+            return {"tensors": {}, "metrics": self.evaluate(self._weights(body))}
+        t = int(phase.split("-")[1])
+        if t <= self.round:
+            raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
+        self.round = t
+        tensors, metrics = self.train_round(self._weights(body))
+        return {"tensors": tensors, "metrics": {"train": len(self.data.y_train), **metrics}}
+
+    def _setup(self, body):
+        from learning.train import SiteData, TrainingConfig
+        from models.torch_nets import resolve_device
+
+        if self.config is not None:
+            raise RequestError("setup twice in one session")
+        expected = {"classes", "lr", "batch_size", "local_epochs", "passes", "device", "precision", *self.extra_keys}
+        if set(body) != expected:
+            raise RequestError(f"setup needs exactly the keys {sorted(expected)}, got {sorted(body)}")
+        labels = self.rows[:, -1]
+        if np.any(labels != np.round(labels)) or labels.min() < 0 or labels.max() >= body["classes"]:
+            raise RequestError(f"labels must be integers in [0, {body['classes']}) for classes = {body['classes']}")
+        try:
+            device = resolve_device(body["device"])
+        except RuntimeError as exc:
+            raise RequestError(str(exc)) from None
+        from models.base import in_site_process
+
+        if in_site_process():
+            import torch
+
+            torch.set_num_threads(1)  # many site processes share few cores
+        self.device, self.precision, self.classes = device, {"f2": "float16", "f4": "float32"}[body["precision"]], \
+            int(body["classes"])
+        try:
+            self.config = TrainingConfig(float(body["lr"]), int(body["batch_size"]), int(body["local_epochs"]),
+                                         int(body["passes"]), **{k: body[k] for k in self.extra_keys
+                                                                 if k in ("lam", "k_reg", "theta", "backward_loss")})
+        except (TypeError, ValueError) as exc:
+            raise RequestError(f"setup: {exc}") from None
+        self.data = SiteData.split(self.rows, self.rng, device)
+        features = self.rows.shape[1] - 1
+        try:
+            metrics = self.build(body, features)
+        except (ValueError, RequestError) as exc:  # learning.nets.ArchitectureError; a refused setting
+            self.config = None  # a refused setup leaves the site as it was
+            raise RequestError(str(exc)) from None
+        return {"tensors": {}, "metrics": {"features": features, "train": len(self.data.y_train),
+                                           "test": len(self.data.y_test), "validation": len(self.data.y_val),
+                                           "cuda": int(device.startswith("cuda")), **metrics}}
+
+    @staticmethod
+    def _weights(body) -> dict[str, np.ndarray] | None:
+        if "weights" not in body:
+            return None
+        try:
+            return unpack_tensors(body["weights"], "weights")
+        except PayloadError as exc:
+            raise RequestError(str(exc)) from None
+
+    def seed(self) -> int:
+        return int(self.rng.integers(2**31 - 1))
+
+    def optimizer(self, net):
+        import torch
+
+        return torch.optim.Adam(net.parameters(), lr=self.config.lr)
+
+    extra_keys: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def build(self, body: dict, features: int) -> dict:
+        """Build the networks from the setup body; return metrics (e.g. private_parameters)."""
+
+    @abstractmethod
+    def train_round(self, weights) -> tuple[dict, dict]:
+        """One round of local training from the received weights: (tensors to send, metrics)."""
+
+    @abstractmethod
+    def evaluate(self, weights) -> dict:
+        """Test-split metrics of the final models (weights: the final global ones, if any)."""
