@@ -116,8 +116,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                 outcome = federation.run_method(trial, index, method, sizes, label)
                 row = _result_row(trial, label, method, outcome, world, len(sizes),
                                   time.perf_counter() - began)
-                if "rounds" in outcome.details:  # federated learning: one row per round as well
-                    rundir.append_rounds(round_rows(trial, label, outcome.details["rounds"], federation.ledger.rows))
+                if "round_records" in outcome.details:  # federated learning: one row per round as well
+                    rundir.append_rounds(round_rows(trial, label, outcome.details["round_records"], federation.ledger.rows))
                 rundir.append_result(row)
                 if progress is not None:
                     progress(trial, label, row)

@@ -199,7 +199,7 @@ def run_learning(method, sites, capture=None, session=1):
 def test_learning_sessions_learn_and_keep_one_record_per_round(name):
     outcome, _ = run_learning(learning_method(name), blob_sites())
     assert outcome.status == "ok", outcome.reason
-    rounds = outcome.details["rounds"]
+    rounds = outcome.details["round_records"]
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and all(r["answered"] == 3 for r in rounds)
     assert outcome.details["accuracy"] > 0.6  # 4 separated classes; chance is 0.25
     assert rounds[-1]["accuracy_mean"] >= rounds[0]["accuracy_mean"] - 0.05
@@ -213,10 +213,10 @@ def test_fedtype_weight_bytes_are_the_proxy_and_far_below_the_private_models():
     outcome, halves = run_learning(method, blob_sites())
     proxy = sum(v.size for v in get_weights(halves["site-0"].proxy).values())
     private = sum(parameter_count(h.private) for h in halves.values())
-    for record in outcome.details["rounds"]:
+    for record in outcome.details["round_records"]:
         assert record["weights_bytes_up"] == record["weights_bytes_down"] == 3 * proxy * 2  # float16
         assert record["private_weights_bytes"] == 2 * private * 2
-    assert 10 * outcome.details["rounds"][0]["weights_bytes_up"] < outcome.details["rounds"][0]["private_weights_bytes"]
+    assert 10 * outcome.details["round_records"][0]["weights_bytes_up"] < outcome.details["round_records"][0]["private_weights_bytes"]
 
 
 def test_no_private_weight_ever_appears_on_the_wire_while_the_proxy_does():

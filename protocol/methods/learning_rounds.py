@@ -193,7 +193,7 @@ class RoundsCoordinator(CoordinatorHalf):
         final = {site: value["metrics"] for site, value in answers.items()}
         primary = spread([m.get(self.method.primary) for m in final.values()])
         details = {"accuracy": primary["mean"], "accuracy_sd": primary["sd"], "answered": len(final),
-                   "rounds": [self._summary(r) for r in self.records], "excluded": {**self.excluded, **dropped},
+                   "round_records": [self._summary(r) for r in self.records], "excluded": {**self.excluded, **dropped},
                    "training_device": _devices(self.members.values())}
         for key in ("global_accuracy", "proxy_accuracy", "private_accuracy", "set_coverage", "test_set_size"):
             details[key] = spread([m.get(key) for m in final.values()])["mean"]
