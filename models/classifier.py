@@ -39,7 +39,7 @@ class Classifier(TorchModel):
 
         # every class of the data set gets an output, also one the training split happens to lack
         self.inputs, self.classes = X.shape[1], max(int(np.max(y)) + 1, self.n_classes or 0)
-        self.net = self.build()
+        self.net = self.seeded_build(rng)
         self.train(X, y, lambda out, target: F.cross_entropy(out, target.long()), rng)
         return self
 

@@ -31,7 +31,7 @@ class CQRNet(TorchModel):
         import torch
 
         self.inputs = X.shape[1]
-        self.net = self.build()
+        self.net = self.seeded_build(rng)
         levels = torch.as_tensor(self.params["quantiles"], dtype=torch.float32, device=self._device())
         self.train(X, y, lambda out, target: pinball_loss(out, target, levels), rng)
         return self

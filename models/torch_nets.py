@@ -118,6 +118,14 @@ class TorchModel(Model):
             self.net.load_state_dict(net_state)
             self.net.eval()
 
+    def seeded_build(self, rng: np.random.Generator):
+        """A fresh network whose initial weights come from the trial's rng, not from whatever
+        state torch's global generator was left in by earlier work in this process."""
+        import torch
+
+        torch.manual_seed(int(rng.integers(2**31 - 1)))
+        return self.build()
+
     @abstractmethod
     def build(self):
         """A fresh network with this model's architecture (weights loaded separately)."""
