@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from learning.uarl import BACKWARD_LOSSES
-from learning.nets import accuracy, build_net, get_weights, parameter_count, set_weights
+from learning.nets import accuracy, build_net, get_weights, parameter_count
 from protocol.methods.base import RequestError
 from protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
                                               LearningMethod, LearningSite)
@@ -109,27 +109,17 @@ class FedAvgSite(LearningSite):
         self.model = build_net(architecture_from(body, "proxy"), features, self.classes, self.seed()).to(self.device)
         return {"private_parameters": parameter_count(self.model), "proxy_parameters": parameter_count(self.model)}
 
-    def _load(self, weights):
-        from learning.nets import ArchitectureError
-
-        if weights is None:
-            raise RequestError("fedavg needs the global weights in every round")
-        try:
-            set_weights(self.model, weights)
-        except ArchitectureError as exc:
-            raise RequestError(str(exc)) from None
-
     def train_round(self, weights):
         from learning.train import supervised_round
 
-        self._load(weights)
+        self.load_global(self.model, weights)
         received = accuracy(self.model, self.data.X_test, self.data.y_test)
         supervised_round(self.model, self.optimizer(self.model), self.data, self.config, self.rng)
         return get_weights(self.model, self.precision), {
             "global_accuracy": received, "private_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
 
     def evaluate(self, weights):
-        self._load(weights)
+        self.load_global(self.model, weights)
         return {"global_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
 
 
@@ -169,21 +159,10 @@ class FedTypeSite(LearningSite):
         self.penalty = self.config.lam
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.proxy)}
 
-    def _load(self, weights):
-        """p_i^t = p_g^{t-1} (section 3.3): the proxy starts every round from the global proxy."""
-        from learning.nets import ArchitectureError
-
-        if weights is None:
-            raise RequestError("fedtype needs the global proxy weights")
-        try:
-            set_weights(self.proxy, weights)
-        except ArchitectureError as exc:
-            raise RequestError(str(exc)) from None
-
     def train_round(self, weights):
         from learning.train import uarl_round
 
-        self._load(weights)
+        self.load_global(self.proxy, weights)  # p_i^t = p_g^{t-1} (section 3.3)
         received = accuracy(self.proxy, self.data.X_test, self.data.y_test)
         stats = uarl_round(self.private, self.proxy, (self.private_optimizer, self.optimizer(self.proxy)),
                            self.data, self.config, self.state, self.rng)
@@ -198,7 +177,7 @@ class FedTypeSite(LearningSite):
 
         proxy_accuracy = accuracy(self.proxy, self.data.X_test, self.data.y_test)  # the site's own last proxy
         coverage, size = set_coverage(self.proxy, self.data, self.config, self.penalty, self.rng)
-        self._load(weights)
+        self.load_global(self.proxy, weights)
         return {"private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
                 "proxy_accuracy": proxy_accuracy, "set_coverage": coverage, "test_set_size": size,
                 "global_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}

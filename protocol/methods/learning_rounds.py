@@ -155,9 +155,10 @@ class RoundsCoordinator(CoordinatorHalf):
         """The answers whose tensors fit the global architecture (others are named in `dropped`)."""
         record["dropped"].update(dropped)
         kept, sizes = [], []
-        shapes = {k: v.shape for k, v in self.weights.items()} if self.weights is not None else {}
-        sent = sum(v.size for v in self.weights.values()) * (2 if self.method.params["precision"] == "float16" else 4) \
-            if self.weights is not None else 0
+        weights = self.weights or {}
+        bytes_per_value = np.dtype(self.method.params["precision"]).itemsize
+        shapes = {k: v.shape for k, v in weights.items()}
+        sent = sum(v.size for v in weights.values()) * bytes_per_value
         for site, value in answers.items():
             tensors, metrics = value["tensors"], value["metrics"]
             got = {k: v.shape for k, v in tensors.items()}
@@ -167,7 +168,6 @@ class RoundsCoordinator(CoordinatorHalf):
             record["sites"][site] = metrics
             record["weights_bytes_up"] += sum(a.nbytes for a in tensors.values())
             record["weights_bytes_down"] += sent
-            bytes_per_value = 2 if self.method.params["precision"] == "float16" else 4
             record["private_weights_bytes"] += 2 * int(self.members[site].get("private_parameters", 0)) * bytes_per_value
             if tensors:
                 kept.append(tensors)
@@ -295,6 +295,17 @@ class LearningSite(SiteHalf):
         try:
             return unpack_tensors(body["weights"], "weights")
         except PayloadError as exc:
+            raise RequestError(str(exc)) from None
+
+    def load_global(self, net, weights) -> None:
+        """Start `net` from the global weights of the request (refused: none sent, or a misfit)."""
+        from learning.nets import ArchitectureError, set_weights
+
+        if weights is None:
+            raise RequestError("this method needs the global weights in every round")
+        try:
+            set_weights(net, weights)
+        except ArchitectureError as exc:
             raise RequestError(str(exc)) from None
 
     def seed(self) -> int:
