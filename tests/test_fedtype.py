@@ -251,6 +251,28 @@ def test_a_site_that_gets_no_setup_or_a_bad_architecture_refuses_with_the_reason
         half.answer("setup", {**request, "classes": 2})
 
 
+@pytest.mark.parametrize("theta", [0.05, 0.1, 0.2, 0.3, 0.5])
+def test_smallest_calibration_is_the_least_split_with_a_finite_threshold(theta):
+    from protocol.conformal import split_conformal_threshold
+    from protocol.methods.fedtype import smallest_calibration
+
+    finite = [n for n in range(1, 60) if math.isfinite(split_conformal_threshold(np.arange(n, dtype=float), theta))]
+    assert smallest_calibration(theta) == finite[0] and finite == list(range(finite[0], 60))
+
+
+def test_fedtype_refuses_sites_too_small_for_informative_sets_and_the_session_says_why():
+    """40 rows split 7:2:1 leave 4 conformal points: with theta = 0.1 tau would be +inf and every
+    set all labels, so eq. (3) would carry nothing; the site refuses setup, is excluded by name,
+    and the session goes on with the others (or aborts, explained, when none is left)."""
+    sites = blob_sites()
+    sites["site-small"] = sites["site-2"][:40]
+    outcome, _ = run_learning(learning_method("fedtype", rounds=1), sites)
+    assert outcome.status == "ok", outcome.reason
+    assert "needs at least 9" in outcome.details["excluded"]["site-small"]
+    outcome, _ = run_learning(learning_method("fedtype", rounds=1), {"site-small": sites["site-small"]})
+    assert outcome.status == "aborted" and "needs at least 9" in outcome.reason
+
+
 def test_cnn_private_models_train_on_image_shaped_features():
     net = build_net({"kind": "cnn", "channels": [4, 8], "image": [8, 8], "hidden": [16]}, 64, 10, seed=0)
     assert net(torch.zeros(5, 64)).shape == (5, 10)

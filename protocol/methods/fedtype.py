@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from learning.uarl import BACKWARD_LOSSES
 from learning.nets import accuracy, build_net, get_weights, parameter_count
+from protocol.conformal import split_conformal_order
 from protocol.methods.base import RequestError
 from protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
                                               LearningMethod, LearningSite)
@@ -29,6 +30,15 @@ UARL_PARAMS = {
     # eq. (3) as printed, or the mass on S (learning.uarl.BACKWARD_LOSSES)
     "backward_loss": {"type": "str", "choices": list(BACKWARD_LOSSES), "default": "eq3"},
 }
+
+
+def smallest_calibration(theta: float) -> int:
+    """The fewest conformal (validation) points for which eq. (4)'s threshold is finite: the least
+    n with ceil((n + 1)(1 - theta)) <= n (9 for theta = 0.1)."""
+    n = 1
+    while split_conformal_order(n, theta) > n:
+        n += 1
+    return n
 
 
 def architecture_from(body: dict, key: str) -> dict:
@@ -152,6 +162,12 @@ class FedTypeSite(LearningSite):
 
         if body["backward_loss"] not in BACKWARD_LOSSES:
             raise RequestError(f"backward_loss must be one of {BACKWARD_LOSSES}, got {body['backward_loss']!r}")
+        needed = smallest_calibration(self.config.theta)
+        if len(self.data.y_val) < needed:
+            raise RequestError(
+                f"the conformal split holds {len(self.data.y_val)} points; theta = {self.config.theta} needs at least "
+                f"{needed} (else tau = +inf, every set of eq. 6 holds all {self.classes} labels and the backward "
+                f"distillation of eq. 3 carries nothing from the proxy); give this site more data or raise theta")
         self.private = build_net(architecture_from(body, "private"), features, self.classes, self.seed()).to(self.device)
         self.proxy = build_net(architecture_from(body, "proxy"), features, self.classes, self.seed()).to(self.device)
         self.private_optimizer = self.optimizer(self.private)

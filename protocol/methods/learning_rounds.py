@@ -125,7 +125,8 @@ class RoundsCoordinator(CoordinatorHalf):
     def _after_setup(self, answers, dropped):
         self.excluded.update({site: f"setup: {reason}" for site, reason in dropped.items()})
         if not answers:
-            return Outcome.aborted(f"no site completed setup ({len(dropped)} dropped)", dropped=dict(dropped))
+            named = "; ".join(f"{site}: {reason}" for site, reason in sorted(dropped.items())[:3])
+            return Outcome.aborted(f"no site completed setup ({len(dropped)} dropped; {named})", dropped=dict(dropped))
         features = {site: int(value["metrics"]["features"]) for site, value in answers.items()}
         if len(set(features.values())) > 1:
             return Outcome.aborted(f"sites disagree on the feature count: {features}")
