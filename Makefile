@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench paper001-fig2 paper004 clean
+.PHONY: demo test test-all bench paper001-fig2 paper002 paper004 clean
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ bench: $(VENV)/.installed
 
 paper001-fig2: $(VENV)/.installed
 	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2
+
+# paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
+# (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
+paper002: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5
 
 # paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
 paper004: $(VENV)/.installed
