@@ -64,5 +64,23 @@ class Model(ABC):
         return self
 
 
+class DataOnly(Model):
+    """No model: sites hold their rows as `scores()` shapes them, and methods compute statistics
+    or train their own networks from them (models.two_sample, models.examples). Nothing is fitted
+    centrally and there are no central prediction sets to evaluate (`no_sets`: why)."""
+
+    PARAMS: ClassVar[dict[str, dict]] = {}
+    no_sets: ClassVar[str]
+
+    def fit(self, X, y, alpha, rng):
+        return self
+
+    def base_predictions(self, X):
+        return np.zeros(len(X))
+
+    def evaluate(self, base, y, threshold):
+        raise ValueError(self.no_sets)
+
+
 def in_site_process() -> bool:
     return os.environ.get("QUORUM_SITE") == "1"

@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.base import Model
+from models.base import DataOnly
 
 
-class Examples(Model):
+class Examples(DataOnly):
     kind = "examples"
     task = "classification"
     data = "examples"
     score = "lac"  # unused: scores() is overridden
-    PARAMS: dict = {}
-
-    def fit(self, X, y, alpha, rng):
-        return self
-
-    def base_predictions(self, X):
-        return np.zeros(len(X))
+    no_sets = "examples data have no central prediction sets (sites report test accuracies)"
 
     def scores(self, X, y):
         """(features..., label) per point."""
         return np.column_stack([np.asarray(X, dtype=float), np.asarray(y, dtype=float)])
-
-    def evaluate(self, base, y, threshold):
-        raise ValueError("examples data have no central prediction sets (sites report test accuracies)")

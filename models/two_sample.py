@@ -13,25 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from data.heterogeneity import treatment_group
-from models.base import Model
+from models.base import DataOnly
 
 
-class TwoSample(Model):
+class TwoSample(DataOnly):
     kind = "two_sample"
     task = "two_sample"
     data = "two_sample"
     score = "absolute_residual"  # unused: scores() is overridden
-    PARAMS: dict = {}
-
-    def fit(self, X, y, alpha, rng):
-        return self
-
-    def base_predictions(self, X):
-        return np.zeros(len(X))
+    no_sets = "two_sample data have no prediction sets to evaluate (methods return statistics)"
 
     def scores(self, X, y):
         """(value, group) per point."""
         return np.column_stack([np.asarray(y, dtype=float), treatment_group(X).astype(float)])
-
-    def evaluate(self, base, y, threshold):
-        raise ValueError("two_sample data have no prediction sets to evaluate (methods return statistics)")
