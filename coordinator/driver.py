@@ -140,9 +140,12 @@ class Coordinator:
             self._maybe_die(trial, step.phase, method.name)
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": codec.wrap_request(body)})
                      for site, body in step.requests.items()}
-            phase_runner = self._shuffled_phase if codec.route == "shuffler" else self._phase
-            answers, dropped = phase_runner(session, step.phase, sends, self.deadlines.respond,
-                                            trial=trial, method=method.name)
+            if codec.route == "shuffler":
+                answers, dropped = self._shuffled_phase(session, step.phase, sends, self.deadlines.respond,
+                                                        trial=trial, method=method.name, minimum=step.minimum)
+            else:
+                answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond, trial=trial,
+                                               method=method.name)
             decoded = {}  # in site-id order, so that methods see the same order in every backend
             for site, payload in sorted(answers.items()):
                 row = self._answer_rows.get(site) or self._answer_rows.get(SHUFFLER_ID, {})
@@ -218,21 +221,30 @@ class Coordinator:
         return None
 
     def _shuffled_phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-                        trial=None, method=None):
-        """A phase whose answers go through the shuffler: open a batch there, send the requests,
-        take `error`s from sites directly and the permuted batch from the shuffler. Answers come
-        back under anonymous labels (their place in the batch); sites are dropouts when they
-        refused, or when the shuffler forwarded nothing from them (with its reason)."""
+                        trial=None, method=None, minimum: int = 0):
+        """A phase whose answers go through the shuffler: open a batch there and wait until the
+        shuffler says it holds it (`batch_ready`), then send the requests, take `error`s from
+        sites directly and the permuted batch from the shuffler. Asking only after the shuffler
+        is ready means no sealed answer can reach it before its batch, whatever the load.
+        Answers come back under anonymous labels (their place in the batch); sites are dropouts
+        when they refused, or when the shuffler forwarded nothing from them (with its reason,
+        e.g. a batch withheld because fewer than `minimum` messages arrived)."""
         self._batch = None
+        dropped = {}
         if self.shuffler_pid is None:
             dropped = {site: "no shuffler is connected to this run" for site in sends}
+        else:
+            open_payload = {"phase": phase, "expected": sorted(sends), "deadline": timeout, "minimum": int(minimum)}
+            self.outbox.send(self.channel.pack("batch_open", session, open_payload), "batch_open", peer=SHUFFLER_ID,
+                             trial=trial, phase=phase, method=method)
+            self._log_faults()
+            if not self._await_batch_ready(session, phase, time.monotonic() + timeout):
+                dropped = {site: f"not asked: the shuffler did not confirm the batch within {timeout:g} s"
+                           for site in sends}
+        if dropped:
             for site, reason in dropped.items():
                 self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
             return {}, dropped
-        nbytes = self.channel.send(SHUFFLER_ID, "batch_open", session,
-                                   {"phase": phase, "expected": sorted(sends), "deadline": timeout})
-        if nbytes is not None:
-            self.ledger.record(site=SHUFFLER_ID, direction="down", mtype="batch_open", nbytes=nbytes)
         answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial, method=method,
                                        until=lambda: self._batch is not None, log_missing=False)
         batch, self._batch = self._batch, None
@@ -248,12 +260,29 @@ class Coordinator:
                 self.ledger.record(site=site, direction="up", mtype="sealed", nbytes=int(size))
             answers = {anonymous_label(i): {"body": body} for i, body in enumerate(p["ciphertexts"])}
             for site in sends:
-                if site not in p["senders"]:
+                if p["withheld"] and site in p["senders"]:
+                    dropped.setdefault(site, f"nothing forwarded by the shuffler: {p['withheld']}")
+                elif site not in p["senders"]:
                     dropped.setdefault(site, f"nothing forwarded by the shuffler: "
                                              f"{p['refused'].get(site, 'no sealed message by its deadline')}")
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
         return answers, dropped
+
+    def _await_batch_ready(self, session: int, phase: str, deadline: float) -> bool:
+        """Wait for the shuffler's `batch_ready` of this session and phase; anything else that
+        arrives meanwhile (late answers of earlier phases) is refused with the reason."""
+        while time.monotonic() < deadline:
+            envelope, row = self._receive(deadline)
+            if envelope is None:
+                continue
+            if (envelope.type == "batch_ready" and envelope.session == session
+                    and envelope.payload["phase"] == phase):
+                return True
+            row["accepted"] = 0
+            self._reject_envelope(envelope, f"{envelope.type!r} while waiting for the shuffler to open "
+                                            f"session {session}, phase {phase!r}")
+        return False
 
     def _receive(self, deadline: float) -> tuple[Envelope | None, dict | None]:
         """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed

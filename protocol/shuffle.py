@@ -1,12 +1,17 @@
 """The shuffler's logic, sans I/O: collect one batch of sealed messages, permute, forward.
 
-For a shuffled phase the coordinator opens a batch at the shuffler (the sites expected and a
-deadline), then sends its requests; each site seals its answer to the coordinator's session key
+For a shuffled phase the coordinator opens a batch at the shuffler (the sites expected, a
+deadline and the fewest messages the session's privacy was planned for), waits until the shuffler
+says the batch is open (`batch_ready`), and only then sends its requests, so no site's answer can
+reach the shuffler before its batch exists, whatever the load; each site seals its answer to the coordinator's session key
 (protocol.codecs.shuffle) and sends the ciphertext to the shuffler. A batch accepts at most one
 ciphertext per expected site, refuses an exact copy of a ciphertext it already holds (a replay
 under another name), and is forwarded when every expected site sent or the deadline passed:
 the ciphertexts in a uniformly random order drawn from the operating system's CSPRNG, with the
 set of senders (who took part is no secret; who sent what is) and nothing else about them.
+A batch holding fewer ciphertexts than its `minimum` is withheld: the shuffler forwards the
+senders and the reason but no ciphertext, because the amplification the sites' local epsilon
+was chosen for needs that many messages in the shuffle (protocol.amplification).
 The shuffler holds ciphertexts only: it has no key that opens them.
 """
 
@@ -39,6 +44,7 @@ class ShuffleBatch:
     session: int
     phase: str
     expected: frozenset[str]
+    minimum: int = 0  # fewer ciphertexts than this: withheld (the planned amplification is not there)
     received: dict[str, bytes] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # wire bytes of each accepted message
     refused: dict[str, str] = field(default_factory=dict)
@@ -66,11 +72,21 @@ class ShuffleBatch:
     def complete(self) -> bool:
         return set(self.received) >= self.expected
 
+    @property
+    def withheld(self) -> str:
+        """Why the ciphertexts may not be forwarded ("" when they may)."""
+        if len(self.received) >= self.minimum:
+            return ""
+        return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
+                f"{self.minimum} the session's privacy was planned for")
+
     def forward(self) -> dict:
-        """The `batch` payload: ciphertexts in a fresh random order, the senders sorted."""
+        """The `batch` payload: ciphertexts in a fresh random order, the senders sorted; no
+        ciphertext at all when the batch is `withheld`."""
         senders = sorted(self.received)
-        items = [self.received[s] for s in senders]
+        withheld = self.withheld
+        items = [] if withheld else [self.received[s] for s in senders]
         order = secure_permutation(len(items))
         return {"phase": self.phase, "ciphertexts": [items[i] for i in order], "senders": senders,
                 "refused": {s: r for s, r in sorted(self.refused.items()) if s not in self.received},
-                "received": {s: self.sizes[s] for s in senders}}
+                "received": {s: self.sizes[s] for s in senders}, "withheld": withheld}

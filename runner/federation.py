@@ -30,7 +30,8 @@ class ProcessFederation:
 
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
                  runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
-                 seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False) -> None:
+                 seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False,
+                 budget: dict | None = None) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
         keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
         self.channel = CoordinatorChannel(runtime["bind"], keys=keys)
@@ -38,7 +39,7 @@ class ProcessFederation:
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
         self.shuffler = (ShufflerProcess(runtime["shuffler_bind"], self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
-        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed)
+        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget)
         self._site_dirs = (workdir, log_dir) if local_sites else None
         self.processes = None
         self.present: list[str] = []
@@ -81,8 +82,8 @@ class ProcessFederation:
 class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
-    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog) -> None:
-        self.sites = {site: SiteLocal(site, workdir) for site in site_ids}
+    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None) -> None:
+        self.sites = {site: SiteLocal(site, workdir, budget=budget) for site in site_ids}
         self.events = events
         self.ledger = Ledger()
         self.seed = 0

@@ -6,6 +6,8 @@
     ledger.csv      every message at the coordinator's socket with its wire size (transport.ledger)
     rounds.csv      federated learning only: one row per trial, method and round (accuracies,
                     conformal set sizes, weight bytes, wire bytes), appended as each session ends
+    privacy.csv     what each site spent of its own privacy budget, per method and in total, read
+                    from the sites' accounts (runner.privacy), written at the end
     summary.json    per-method aggregates, written at the end (and rebuilt from results.csv)
     logs/           one log file per site process
 """
@@ -42,6 +44,7 @@ class RunDirectory:
         self.ledger = self.path / "ledger.csv"
         self.summary = self.path / "summary.json"
         self.rounds = self.path / "rounds.csv"
+        self.privacy = self.path / "privacy.csv"
 
     def write_scenario(self, scenario: dict) -> None:
         (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))

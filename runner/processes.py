@@ -23,7 +23,7 @@ PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "
 
 def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, watch_parent: bool,
               key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
-              idle_timeout: float | None, shuffler: str | None = None) -> None:
+              idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None) -> None:
     import setproctitle
 
     setproctitle.setproctitle(f"quorum-site {site_id}")
@@ -41,7 +41,7 @@ def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, watch_pa
     parent = multiprocessing.parent_process() if watch_parent else None
     sys.exit(serve(site_id, endpoint, workdir, parent_alive=parent.is_alive if parent else None, keys=keys,
                    faults=faults, scenario=scenario, idle_timeout=idle_timeout, shuffler=shuffler,
-                   shuffler_keys=shuffler_keys))
+                   shuffler_keys=shuffler_keys, budget=budget))
 
 
 def _log_to(log_path: str) -> None:
@@ -99,12 +99,13 @@ class ShufflerProcess:
 class SiteProcesses:
     """One process per site. key_dir enables CURVE; fault_rules are the scenario's resolved
     rules (each site applies those that concern it); scenario lets sites build their own
-    data (sites started away from the harness); watch_parent: exit when the launcher dies."""
+    data (sites started away from the harness); budget: each site's privacy budget (the
+    scenario's sites.budget); watch_parent: exit when the launcher dies."""
 
     def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
                  key_dir: Path | None = None, fault_rules=(), seed: int = 0, scenario: dict | None = None,
                  watch_parent: bool = True, idle_timeout: float | None = None,
-                 shuffler: str | None = None) -> None:
+                 shuffler: str | None = None, budget: dict | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self.processes = {
@@ -112,7 +113,7 @@ class SiteProcesses:
                 target=site_main, name=site, daemon=watch_parent,
                 args=(site, endpoint, str(workdir), str(log_dir / f"{site}.log"), watch_parent,
                       str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout,
-                      shuffler))
+                      shuffler, budget))
             for site in site_ids
         }
 

@@ -21,11 +21,13 @@ from protocol.methods import METHODS, Outcome
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.outputs import RunDirectory
 from runner.plots import learning_plot, run_plots
+from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
 from protocol.randomness import trial_rng
 from runner.heterogeneity import HeterogeneityReport
 from runner.report import communication, summarize
 from transport.faults import resolve_rules
 from transport.ledger import Ledger, read_ledger
+from protocol.accounting import Budget
 from protocol.codecs import CODECS
 from protocol.wire import SHUFFLER_ID
 from transport.security import generate_keys
@@ -84,9 +86,9 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
-                                       shuffler=shuffled)
+                                       shuffler=shuffled, budget=scenario["sites"]["budget"])
     else:
-        federation = InProcessFederation(ids, rundir.work, events)
+        federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"])
     started = time.time()
     device = "cpu"
     completed = 0
@@ -128,6 +130,10 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         federation.close()
         events.write("run_end", trials_completed=completed, seconds=round(time.time() - started, 3))
         events.close()
+    budget = Budget.from_spec(scenario["sites"]["budget"])
+    spent = privacy_rows(read_accounts(rundir.work, ids, budget),
+                         session_labels([label for label, _ in methods], scenario["trials"]))
+    write_privacy(rundir.privacy, spent)
     summary = {
         "scenario": scenario["name"], "backend": backend, "alpha": scenario["alpha"],
         "trials": completed, "sites": len(ids), "device": device,
@@ -135,6 +141,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         "security": scenario["runtime"]["security"] if backend == "processes" else "none",
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
         "communication": communication(read_ledger(rundir.ledger)), "events": events.counts,
+        "privacy": privacy_summary(spent, budget),
     }
     rundir.write_summary(summary)
     try:

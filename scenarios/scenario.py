@@ -4,7 +4,8 @@ Top-level fields (see README, "Scenario format"):
     name, description, seed, trials, alpha
     data      source-specific fields (data.sources.SOURCES[source].PARAMS)
     split     train / calibration / test fractions
-    sites     count, sizes ("equal" or a list of n_j)
+    sites     count, sizes ("equal" or a list of n_j), heterogeneity, budget (each site's own
+              privacy budget, protocol.accounting.BUDGET_FIELDS)
     model     kind, device, params (models.MODELS[kind].PARAMS)
     methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
     runtime   bind address, per-phase deadlines, transport security (curve or plain) and key directory
@@ -19,6 +20,7 @@ from data.heterogeneity import HETEROGENEITY_FIELDS
 from data.sources import SOURCES
 from data.split import site_sizes
 from models import MODELS
+from protocol.accounting import BUDGET_FIELDS
 from protocol.methods import METHODS
 from scenarios.schema import ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
@@ -39,6 +41,7 @@ SCENARIO_FIELDS = {
         "count": {"type": "int", "min": 1},
         "sizes": {"type": "sizes", "default": "equal"},
         "heterogeneity": {"type": "map", "fields": HETEROGENEITY_FIELDS},
+        "budget": {"type": "map", "fields": BUDGET_FIELDS},
     }},
     "model": {"type": "any"},
     "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},

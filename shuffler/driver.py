@@ -3,9 +3,11 @@
 A ROUTER where sites connect (one DEALER each, their routing id their site id; CURVE with an
 allow-list of site keys when the run has keys) and a DEALER to the coordinator, routing id
 `shuffler`. The coordinator opens a batch (`batch_open`: phase, expected sites, deadline in
-seconds); sites send `sealed` messages; the batch (protocol.shuffle.ShuffleBatch) is forwarded
-as one `batch` message when complete or at its deadline, and closed: a sealed message for a
-forwarded batch is refused as late. Every refusal is logged with its reason; the log names
+seconds, minimum number of messages) and the shuffler answers `batch_ready` once it holds the
+batch; only then does the coordinator ask the sites, so a sealed message can never arrive before
+its batch. Sites send `sealed` messages; the batch (protocol.shuffle.ShuffleBatch) is forwarded
+as one `batch` message when complete or at its deadline (without its ciphertexts when fewer than
+the minimum arrived), and closed: a sealed message for a forwarded batch is refused as late. Every refusal is logged with its reason; the log names
 senders, sessions and byte counts, never a ciphertext's content. The process has no key that
 opens a ciphertext: the session keys live in the coordinator's codec.
 """
@@ -68,10 +70,11 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                     p = envelope.payload
                     key = (envelope.session, p["phase"])
                     expected = frozenset(s for s in p["expected"] if isinstance(s, str))
-                    open_batches[key] = (ShuffleBatch(envelope.session, p["phase"], expected),
+                    open_batches[key] = (ShuffleBatch(envelope.session, p["phase"], expected, int(p["minimum"])),
                                          time.monotonic() + float(p["deadline"]))
-                    log.info("batch open: session %d, phase %s, %d sites, %.1f s", envelope.session,
-                             p["phase"], len(expected), float(p["deadline"]))
+                    upstream.send("batch_ready", envelope.session, {"phase": p["phase"]})
+                    log.info("batch open: session %d, phase %s, %d sites, at least %d messages, %.1f s",
+                             envelope.session, p["phase"], len(expected), int(p["minimum"]), float(p["deadline"]))
             if sites.socket in ready:
                 incoming = sites.receive(0)
                 _offer(incoming, open_batches, forwarded, site_guard)
@@ -83,9 +86,10 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                     del open_batches[key]
                     forwarded.append(key)
                     del forwarded[:-FORGET_AFTER]
-                    log.info("batch forwarded: session %d, phase %s, %d of %d sealed messages%s", key[0], key[1],
+                    log.info("batch forwarded: session %d, phase %s, %d of %d sealed messages%s%s", key[0], key[1],
                              len(payload["senders"]), len(batch.expected),
-                             "" if batch.complete else " (deadline passed)")
+                             "" if batch.complete else " (deadline passed)",
+                             f"; ciphertexts {payload['withheld']}" if payload["withheld"] else "")
             if not ready:
                 reason = orphaned(parent_alive, last_heard, idle_timeout, " from the coordinator")
                 if reason:

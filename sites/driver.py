@@ -32,11 +32,11 @@ log = logging.getLogger("quorum.site")
 def serve(site_id: str, endpoint: str, workdir: str, *, parent_alive=None,
           idle_timeout: float | None = None, keys: ClientKeys | None = None,
           faults: FaultInjector | None = None, scenario: dict | None = None,
-          shuffler: str | None = None, shuffler_keys: ClientKeys | None = None) -> int:
+          shuffler: str | None = None, shuffler_keys: ClientKeys | None = None, budget: dict | None = None) -> int:
     """Serve until shutdown; `parent_alive()` (optional) says whether the launcher still runs.
     `shuffler`: the shuffler's endpoint, where answers of shuffled codecs go (sealed)."""
     channel = SiteChannel(endpoint, site_id, keys=keys)
-    local = SiteLocal(site_id, workdir, scenario=scenario)
+    local = SiteLocal(site_id, workdir, scenario=scenario, budget=budget)
     outbox = Outbox(lambda peer, data: channel.send_raw([data]) or 0, faults)
     to_shuffler = None
     if shuffler is not None:

@@ -8,6 +8,12 @@ given the scenario, it rebuilds the trial's world itself (the world is a determi
 of the scenario and the trial) and keeps only its own shard and the model. In a deployment the
 site's data would simply be there; this is how the simulation puts it there without shipping
 anything over the wire.
+
+Every request passes the site's own privacy account (protocol.accounting) before the method's
+half may answer: the method says what the answer would release (`Method.spend`, from the
+request the site received), the account refuses what the site's budget does not allow, returns
+an earlier K-anonymous release unchanged for an identical request on the same data, and records
+what was released. The account lives on the site's storage, so a restarted site keeps it.
 """
 
 from __future__ import annotations
@@ -16,20 +22,25 @@ import gc
 
 import numpy as np
 
+from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
 from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
-from sites.storage import model_slot, read_model, read_shard, shard_path, write_trial
+from sites.storage import model_slot, read_account, read_model, read_shard, shard_path, write_account, write_trial
 
 
 class SiteLocal:
-    def __init__(self, site_id: str, workdir, scenario: dict | None = None) -> None:
+    def __init__(self, site_id: str, workdir, scenario: dict | None = None, budget: dict | None = None) -> None:
         self.site_id, self.workdir, self.scenario = site_id, workdir, scenario
         self.trial: int | None = None
         self.seed = 0
         self.scores = np.empty(0)
+        self.fingerprint = ""
         self.device = "cpu"
         self._halves: dict[int, object] = {}
+        if budget is None and scenario is not None:
+            budget = scenario["sites"]["budget"]
+        self.account = SiteAccount(Budget.from_spec(budget), read_account(workdir, site_id))
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Load and score this site's calibration data for `trial`; return n_j."""
@@ -46,6 +57,7 @@ class SiteLocal:
             del model
             gc.collect()
         self.trial, self.seed, self._halves = trial, seed, {}
+        self.fingerprint = data_fingerprint(self.scores)
         return int(len(self.scores))
 
     def answer(self, session: int, method_name: str, phase: str, body: dict):
@@ -63,11 +75,31 @@ class SiteLocal:
             encoder, body = CODECS[method.codec].for_site(body)
         except PayloadError as exc:
             raise RequestError(str(exc)) from None
+        spend = method.spend(phase, body)
+        if spend is not None and spend.kind == "kanon":
+            earlier = self.account.cached_release(self.trial, self.fingerprint, spend)
+            if earlier is not None:  # the same table again: nothing new leaves the site
+                self._record(session, method_name, spend, reused=True)
+                return encoder.encode(from_plain(earlier))
+        if spend is not None:
+            try:
+                self.account.admit(self.trial, self.fingerprint, spend)
+            except BudgetExceeded as exc:
+                self.account.refusal(self.trial, session, method_name, str(exc))
+                write_account(self.workdir, self.site_id, self.account.records)
+                raise RequestError(str(exc)) from None
         half = self._halves.get(session)
         if half is None:
             rng = site_rng(self.seed, self.trial, session, self.site_id)
             half = self._halves[session] = method.site_for(self.scores, rng, self.site_id, session)
-        return encoder.encode(half.answer(phase, body))
+        value = half.answer(phase, body)
+        if spend is not None:
+            self._record(session, method_name, spend, body=to_plain(value) if spend.kind == "kanon" else None)
+        return encoder.encode(value)
+
+    def _record(self, session: int, method_name: str, spend, body=None, reused: bool = False) -> None:
+        self.account.record(self.trial, session, method_name, self.fingerprint, spend, body=body, reused=reused)
+        write_account(self.workdir, self.site_id, self.account.records)
 
     @staticmethod
     def route(method_name: str) -> str:
@@ -77,3 +109,12 @@ class SiteLocal:
 
     def close_session(self, session: int) -> None:
         self._halves.pop(session, None)
+
+
+def to_plain(value: dict) -> dict:
+    """A K-anonymous release (a dict of numpy arrays) as msgpack-able data, to keep in the account."""
+    return {key: [str(array.dtype), array.tolist()] for key, array in value.items()}
+
+
+def from_plain(value: dict) -> dict:
+    return {key: np.asarray(items, dtype=dtype) for key, (dtype, items) in value.items()}

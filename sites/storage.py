@@ -6,6 +6,8 @@ them. A site reads nothing but its own shard and the shared model.
     WORKDIR/trial-0003/model.pkl
     WORKDIR/trial-0003/site-007.npz     (X, y of site-007's calibration data)
     WORKDIR/locks/load-N                (model_slot's lock files)
+    WORKDIR/privacy/site-007.msgpack    (site-007's privacy account: every release it made, so
+                                         that a restarted site keeps counting against its budget)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgpack
 import numpy as np
 
 
@@ -108,6 +111,24 @@ def _available_memory() -> int | None:
     except OSError:
         pass
     return None
+
+
+def account_path(workdir, site_id: str) -> Path:
+    return Path(workdir) / "privacy" / f"{site_id}.msgpack"
+
+
+def read_account(workdir, site_id: str) -> list[dict]:
+    """The records of a site's privacy account (protocol.accounting.SiteAccount), [] if none yet."""
+    path = account_path(workdir, site_id)
+    if not path.exists():
+        return []
+    return msgpack.unpackb(path.read_bytes(), raw=False)
+
+
+def write_account(workdir, site_id: str, records: list[dict]) -> None:
+    path = account_path(workdir, site_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, msgpack.packb(records, use_bin_type=True))
 
 
 def remove_trial(workdir, trial: int) -> None:

@@ -180,9 +180,15 @@ def test_sites_refuse_parameters_that_void_the_analysis():
     from protocol.methods.ddg_quantile import check_public
     from protocol.methods.base import RequestError
 
-    good = {"c": 3, "sigma2": 2.0, "bins": {"lo": 0.0, "hi": 1.0, "count": 8}, "histogram": "flat"}
+    backed = histogram_epsilon(3, 4, 2.0, 8, False, 1e-5, "exact")
+    central = {"epsilon": backed, "delta": 1e-5, "inputs": 4, "accounting": "exact"}
+    good = {"c": 3, "sigma2": 2.0, "bins": {"lo": 0.0, "hi": 1.0, "count": 8}, "histogram": "flat", "central": central}
     check_public(good)
     for bad in ({**good, "sigma2": 0.1}, {**good, "c": 0}, {**good, "c": 2.5},
-                {**good, "histogram": "hierarchical", "bins": {"lo": 0.0, "hi": 1.0, "count": 6}}):
+                {**good, "histogram": "hierarchical", "bins": {"lo": 0.0, "hi": 1.0, "count": 6}},
+                # a central epsilon the noise of 4 sites does not back, or the noise of fewer sites
+                {**good, "central": {**central, "epsilon": backed * 0.9}},
+                {**good, "central": {**central, "inputs": 3}},
+                {**good, "central": {**central, "inputs": True}}):
         with pytest.raises(RequestError):
             check_public(bad)

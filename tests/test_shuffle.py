@@ -38,7 +38,7 @@ def test_every_sender_lands_in_every_position_equally_often():
             assert batch.offer(s, "respond", bytes([i]) * 16) is None
         payload = batch.forward()
         assert payload["senders"] == senders and set(payload) == {"phase", "ciphertexts", "senders", "refused",
-                                                                   "received"}
+                                                                   "received", "withheld"}
         for position, ct in enumerate(payload["ciphertexts"]):
             table[ct[0], position] += 1
     assert stats.chi2_contingency(table).pvalue > 1e-6

@@ -4,6 +4,8 @@ A scenario's `faults:` list holds rules; each names an action, where it applies 
 
     action     crash | straggle | delay | drop | duplicate | reorder | corrupt | kill_coordinator
     sites      all (default) | site-003 | [site-001, site-007] | {fraction: 0.2, seed: 1}
+               (with direction: down, `shuffler` names the coordinator's messages to the shuffler,
+               e.g. a delayed batch_open; `all` never includes it)
     trials     all (default) | 3 | [0, 4]
     phase      join | respond | ... (default: any)        method   a method label (default: any)
     direction  up (site -> coordinator, default) | down (coordinator -> site)
@@ -32,7 +34,7 @@ import msgpack
 import numpy as np
 
 from protocol.randomness import stable_key
-from protocol.wire import CHECKSUM_BYTES, seal
+from protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
 
 SITE_ACTIONS = ("crash", "straggle", "delay")
 MESSAGE_ACTIONS = ("drop", "duplicate", "reorder", "corrupt")
@@ -67,7 +69,8 @@ class FaultRule:
     def applies(self, trial, phase, method, site=None) -> bool:
         return ((self.trials is None or trial in self.trials) and (self.phase is None or phase == self.phase)
                 and (self.method is None or method == self.method)
-                and (site is None or self.sites is None or site in self.sites))
+                and (site is None or (self.sites is None and site != SHUFFLER_ID)
+                     or (self.sites is not None and site in self.sites)))
 
 
 def resolve_rules(specs: list[dict], site_ids: list[str], seed: int) -> list[FaultRule]:
@@ -101,6 +104,8 @@ def _resolve_trials(selector) -> frozenset[int] | None:
 def check_fault(spec: dict, site_ids: list[str], path: str) -> str | None:
     """A reason why a validated entry cannot apply to these sites, or None."""
     sites = spec["sites"]
+    if spec["direction"] == "down" and spec["action"] in MESSAGE_ACTIONS + ("delay",):
+        site_ids = [*site_ids, SHUFFLER_ID]  # the coordinator's messages to the shuffler can be hit too
     if isinstance(sites, str) and sites != "all" and sites not in site_ids:
         return f"{path}.sites: unknown site {sites!r}"
     if isinstance(sites, list) and (not sites or any(s not in site_ids for s in sites)):

@@ -19,7 +19,12 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from protocol.accounting import Spend
 from protocol.conformal import order_statistic
+
+#: what a method whose privacy depends on how many sites answer does when fewer answered than
+#: planned: abort before anything is released (default), or release and say so (status "shortfall")
+SHORTFALL_SPEC = {"type": "str", "choices": ["abort", "report"], "default": "abort"}
 
 
 class RequestError(ValueError):
@@ -30,11 +35,16 @@ class RequestError(ValueError):
 class Send:
     phase: str
     requests: dict[str, dict]  # site id -> request body
+    #: the fewest answers the phase's privacy was planned for: a shuffler withholds a smaller
+    #: batch (protocol.shuffle), so that nothing weaker than planned reaches the coordinator
+    minimum: int = 0
 
 
 #: Outcome statuses: a finite threshold; the whole line (no finite threshold carries the
-#: guarantee, e.g. too few sites answered); or no result at all, with the reason.
-STATUSES = ("ok", "infinite", "aborted")
+#: guarantee, e.g. too few sites answered); or no result at all, with the reason. "shortfall":
+#: a result released with weaker privacy than the scenario asked for (fewer private inputs than
+#: planned), only where the method's `on_shortfall: report` allows it; the reason names the gap.
+STATUSES = ("ok", "infinite", "aborted", "shortfall")
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,11 @@ class Outcome:
     @staticmethod
     def aborted(reason: str, **details) -> "Outcome":
         return Outcome("aborted", math.nan, reason, details)
+
+    def short_of_privacy(self, reason: str) -> "Outcome":
+        """This result, marked as released with weaker privacy than asked (status "shortfall")."""
+        return Outcome("shortfall", self.threshold, "; ".join(r for r in (reason, self.reason) if r), self.details,
+                       self.per_site)
 
     @staticmethod
     def test(p_value: float, statistic: float, **details) -> "Outcome":
@@ -137,6 +152,13 @@ class Method(ABC):
         """The site half for one session; built from the request alone, not from coordinator state."""
 
     @classmethod
+    def spend(cls, phase: str, body: Mapping[str, Any]) -> Spend | None:
+        """What answering this request releases (protocol.accounting), computed by the site from
+        the request it received; None when the phase releases nothing of the site's data.
+        Default: a release with no formal privacy guarantee."""
+        return Spend("none", model="no formal privacy")
+
+    @classmethod
     def site_for(cls, scores: np.ndarray, rng: np.random.Generator, site_id: str, session: int) -> SiteHalf:
         """The site half as the drivers build it: methods whose site half must know who and
         where it is (secure aggregation binds its keys to both) override this; others ignore it."""
@@ -149,6 +171,7 @@ class Planned:
 
     requests: dict[str, dict]
     state: Any = None
+    minimum: int = 0  # see Send.minimum
 
 
 class OneShotMethod(Method):
@@ -177,11 +200,13 @@ class _OneShotCoordinator(CoordinatorHalf):
         if isinstance(planned, Outcome):
             return planned
         self.planned = planned
-        return Send(self.method.phases[0], planned.requests)
+        return Send(self.method.phases[0], planned.requests, planned.minimum)
 
     def advance(self, phase, answers, dropped) -> Step:
         if not answers:
-            return Outcome.aborted(f"no site answered ({len(dropped)} dropped)", dropped=sorted(dropped))
+            reasons = sorted(set(dropped.values()))
+            why = f": {reasons[0]}" if len(reasons) == 1 else ""
+            return Outcome.aborted(f"no site answered ({len(dropped)} dropped){why}", dropped=sorted(dropped))
         return self.method.combine(self.sizes, self.planned, answers, dropped, self.rng)
 
 

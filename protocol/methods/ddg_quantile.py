@@ -8,7 +8,12 @@ noisy sum, estimates the CDF and returns the bin edge l_j* of eq. (1) at the req
 noise makes this an approximate, not a finite-sample, guarantee: theorem 1 bounds the quantile
 error with high probability). c and sigma^2 come from the requested (epsilon, delta) by
 theorems 1 / 2 with the noise of `m - dropouts` sites; the report gives the epsilon actually
-obtained with the sites whose inputs entered the sum. A ring too small for the theorems'
+obtained with the sites whose inputs entered the sum. Fewer masked inputs than the noise was
+planned for (m - dropouts) would mean less noise in the sum than the epsilon needs: the sum is
+then not unmasked and the session aborts (`on_shortfall: abort`, the default), or it is released
+with status `shortfall` naming the epsilon obtained (`report`). Each site checks the central
+(epsilon, delta) the request claims against theorem 1 / 2 for the planned number of noisy inputs
+before it counts that epsilon against its own budget. A ring too small for the theorems'
 no-wrap-around condition is refused before anything is sent. `accounting: exact` (default)
 uses the hierarchical histogram's exact l2 / l1 sensitivities, `paper` theorem 2 as printed.
 """
@@ -22,7 +27,8 @@ import numpy as np
 from protocol.ddg import (ACCOUNTING, bin_edges, centred, discrete_gaussian, estimated_cdf, flat_histogram,
                           hierarchical_cumulative, hierarchical_histogram, histogram_epsilon, quantile_index,
                           ring_bits_required, scaling_for_epsilon, to_ring)
-from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError
+from protocol.accounting import Spend
+from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
 from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
 from protocol.dp import Bins
 from protocol.methods.private_bin import bins_from_request
@@ -55,23 +61,25 @@ class DDGQuantile(Method):
         "modulus_bits": {"type": "int", "min": 0, "max": 62, "default": 0},
         "failure": {"type": "float", "gt": 0, "lt": 1, "default": 1e-6},
         "dropouts": {"type": "int", "min": 0, "default": 0},
+        "on_shortfall": SHORTFALL_SPEC,
         "secagg": SECAGG_SPEC,
         "report_levels": {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": DEFAULT_LEVELS},
     }
 
     def __init__(self, alpha, epsilon, bins, delta=1e-5, sigma2=2.0, histogram="flat", count="estimated",
-                 accounting="exact", level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, secagg=None,
-                 report_levels=None):
+                 accounting="exact", level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, on_shortfall="abort",
+                 secagg=None, report_levels=None):
         secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
         report_levels = list(DEFAULT_LEVELS if report_levels is None else report_levels)
         super().__init__(alpha, epsilon=epsilon, bins=bins, delta=delta, sigma2=sigma2, histogram=histogram,
                          count=count, accounting=accounting, level=level, modulus_bits=modulus_bits, failure=failure,
-                         dropouts=dropouts, secagg=secagg, report_levels=report_levels)
+                         dropouts=dropouts, on_shortfall=on_shortfall, secagg=secagg, report_levels=report_levels)
         self.epsilon, self.delta, self.sigma2 = float(epsilon), float(delta), float(sigma2)
         self.hierarchical = histogram == "hierarchical"
         self.accounting = accounting
         self.count, self.level, self.modulus_bits, self.failure = count, level, modulus_bits, failure
         self.dropouts, self.secagg, self.report_levels = dropouts, secagg, report_levels
+        self.on_shortfall = on_shortfall
         self.bins_spec = bins
         self.bins = bins if isinstance(bins, Bins) else _maybe_bins(bins)
         b = bins.count if isinstance(bins, Bins) else bins["count"]
@@ -124,7 +132,9 @@ class DDGQuantile(Method):
         except ValueError as exc:
             return f"secure aggregation parameters: {exc}"
         public = {"c": c, "sigma2": sigma2, "bins": self.bins.as_body(),
-                  "histogram": "hierarchical" if self.hierarchical else "flat"}
+                  "histogram": "hierarchical" if self.hierarchical else "flat",
+                  "central": {"epsilon": self.epsilon, "delta": self.delta, "inputs": noise_sites,
+                              "accounting": self.accounting}}
         return params, public
 
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
@@ -134,7 +144,25 @@ class DDGQuantile(Method):
             return _Refused(Outcome.aborted(planned))
         params, public = planned
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
-                                    lambda aggregate: self.finish(aggregate, sizes, params, public))
+                                    lambda aggregate: self.finish(aggregate, sizes, params, public),
+                                    lambda inputs: self.unmask_refusal(public, inputs))
+
+    def obtained_epsilon(self, public: dict, inputs: int) -> float:
+        """Theorem 1 / 2: the epsilon of a sum holding `inputs` sites' noise."""
+        return histogram_epsilon(public["c"], inputs, public["sigma2"], self.bins.count, self.hierarchical,
+                                 self.delta, self.accounting)
+
+    def shortfall(self, public: dict, inputs: int) -> str | None:
+        """Why a sum of `inputs` noisy histograms is weaker than asked, or None."""
+        obtained = self.obtained_epsilon(public, inputs)
+        if obtained <= self.epsilon * (1 + 1e-9):
+            return None
+        return (f"privacy shortfall: {inputs} noisy inputs where the noise was planned for "
+                f"{public['central']['inputs']}, so the sum is (epsilon {obtained:.4g}, delta {self.delta:g})-DP, "
+                f"not the epsilon {self.epsilon:g} asked")
+
+    def unmask_refusal(self, public: dict, inputs: int) -> str | None:
+        return self.shortfall(public, inputs) if self.on_shortfall == "abort" else None
 
     def finish(self, aggregate: Aggregate, sizes, params: SecAggParams, public: dict) -> Outcome:
         common = {"dropped": sorted(aggregate.dropped), "c": public["c"], "sigma2": public["sigma2"],
@@ -151,17 +179,30 @@ class DDGQuantile(Method):
             cdf = estimated_cdf(noisy, self.count, n)
         level = (min(1.0, math.ceil((1 - self.alpha) * (n + 1)) / n) if self.level == "conformal" else float(self.level))
         j = quantile_index(cdf, level)
-        obtained = histogram_epsilon(public["c"], len(included), public["sigma2"], b, self.hierarchical, self.delta,
-                                     self.accounting)
-        return Outcome.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
+        obtained = self.obtained_epsilon(public, len(included))
+        outcome = Outcome.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
                           bin=j, epsilon_obtained=obtained, delta=self.delta,
                           privacy_shortfall=obtained > self.epsilon * (1 + 1e-9),
                           quantile_indices={str(p): quantile_index(cdf, p) for p in self.report_levels},
                           **common)
+        short = self.shortfall(public, len(included))
+        if short is None:
+            return outcome
+        if self.on_shortfall == "abort":  # the coordinator half stops before unmasking; kept as a second line
+            return Outcome.aborted(short + "; nothing released (on_shortfall: abort)", **common)
+        return outcome.short_of_privacy(short)
 
     @classmethod
     def site(cls, scores, rng):
         raise RequestError("ddg_quantile's site half needs its site id (built by site_for)")
+
+    @classmethod
+    def spend(cls, phase, body):
+        """Counted when the site accepts the session (advertise), before it makes any key."""
+        if phase != "advertise" or not isinstance(body, dict) or not isinstance(body.get("method"), dict):
+            return None
+        check_public(body["method"])
+        return ddg_spend(body["method"])
 
     @classmethod
     def site_for(cls, scores, rng, site_id, session):
@@ -179,10 +220,31 @@ class _Refused(CoordinatorHalf):
         return self.outcome
 
 
+def ddg_spend(public) -> Spend:
+    """The central (epsilon, delta) a site counts for one DDG sum, checked against theorem 1 / 2
+    for the request's c, sigma^2, bins and planned number of noisy inputs (RequestError if the
+    claim is not backed)."""
+    central = public["central"]
+    if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "inputs", "accounting"}
+            or isinstance(central["inputs"], bool) or not isinstance(central["inputs"], int) or central["inputs"] < 1
+            or central["accounting"] not in ACCOUNTING
+            or not all(isinstance(central[k], (int, float)) and not isinstance(central[k], bool) for k in ("epsilon", "delta"))
+            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1):
+        raise RequestError(f"central must be {{epsilon, delta, inputs, accounting}}, got {central!r}")
+    count = public["bins"]["count"]
+    backed = histogram_epsilon(public["c"], central["inputs"], float(public["sigma2"]), count,
+                               public["histogram"] == "hierarchical", float(central["delta"]), central["accounting"])
+    if backed > central["epsilon"] * (1 + 1e-6):
+        raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: c={public['c']}, "
+                           f"sigma^2={public['sigma2']:.4g} over {central['inputs']} inputs give {backed:.4g}")
+    return Spend("dp", float(central["epsilon"]), float(central["delta"]),
+                 f"central by distributed discrete Gaussian over {central['inputs']} inputs")
+
+
 def check_public(public) -> None:
     """A site's own check of the parameters it is asked to use, before it makes any key."""
-    if set(public) != {"c", "sigma2", "bins", "histogram"}:
-        raise RequestError(f"expected c, sigma2, bins and histogram; got {sorted(public)}")
+    if set(public) != {"c", "sigma2", "bins", "histogram", "central"}:
+        raise RequestError(f"expected c, sigma2, bins, histogram and central; got {sorted(public)}")
     c, sigma2, bins = public["c"], public["sigma2"], public["bins"]
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
         raise RequestError(f"c must be a positive integer, got {c!r}")
@@ -193,6 +255,7 @@ def check_public(public) -> None:
     count = bins_from_request(bins, min_count=2, max_count=MAX_BINS).count
     if public["histogram"] == "hierarchical" and count & (count - 1):
         raise RequestError("a hierarchical histogram needs a power-of-two bin count")
+    ddg_spend(public)  # the central guarantee claimed must follow from these parameters
 
 
 def noisy_histogram(scores, public, params: SecAggParams) -> np.ndarray:

@@ -22,7 +22,7 @@ from protocol.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quanti
 from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError, Send,
                                    SiteHalf, expect_empty, levels_from_request, two_sample_values)
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
-                                          table_request)
+                                          table_request, table_spend)
 
 LEVELS = [0.02, 0.25, 0.5, 0.75, 0.98]  # section 5.4
 LEVELS_SPEC = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": LEVELS}
@@ -68,6 +68,10 @@ class KAnonQuantiles(Method):
     @classmethod
     def site(cls, scores, rng):
         return KAnonTableSite([two_sample_values(scores)], rng)
+
+    @classmethod
+    def spend(cls, phase, body):
+        return table_spend("both groups pooled", body)
 
 
 class YJLikelihood(OneShotMethod):

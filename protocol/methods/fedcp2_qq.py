@@ -21,7 +21,7 @@ import numpy as np
 from protocol.codecs import CODECS
 from protocol.dp import Bins, correction_order
 from protocol.methods.base import OneShotMethod, Outcome, Planned
-from protocol.methods.private_bin import PrivateQuantileBin
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 from protocol.orderstats import qq_coverage
 from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
 from protocol.unbalanced import coverage_unbalanced
@@ -104,6 +104,10 @@ class FedCP2QQ(OneShotMethod):
     @classmethod
     def site(cls, scores, rng):
         return PrivateQuantileBin(scores, rng)
+
+    @classmethod
+    def spend(cls, phase, body):
+        return bin_spend(body)
 
     def _bins(self) -> Bins:
         if not isinstance(self.bins, Bins):

@@ -8,7 +8,9 @@ bins, reads the multiset off it and takes the k-th smallest exactly as FedCP²-Q
 histogram is what a shuffle reveals (the multiset of messages), so the central (epsilon, delta)
 is accounted by the same amplification bound (FMT21), with the same assumption as the shuffled
 variant (protocol.methods.fedcp2_qq_shuffle). Sites whose input is not in the sum (dropouts in
-any phase) are replanned for as in FedCP²-QQ; the central epsilon is for the bins summed.
+any phase) are replanned for as in FedCP²-QQ; the central epsilon is for the bins summed. With
+fewer masked inputs than planned (m - dropouts) the sum is not unmasked (`on_shortfall: abort`,
+the default) or released with status `shortfall` (`report`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.dp import Bins
 from protocol.methods.base import Outcome, RequestError
 from protocol.methods.ddg_quantile import SECAGG_SPEC, _Refused
-from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
-from protocol.methods.private_bin import PrivateQuantileBin, bins_from_request
+from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
@@ -38,8 +40,9 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
     PARAMS = {**FedCP2QQShuffled.PARAMS, "secagg": SECAGG_SPEC}
     MODEL = "central: eps0-LDP one-hot bins, securely summed (FMT21)"
 
-    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, secagg=None):
-        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts, delta)
+    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort",
+                 secagg=None):
+        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts, delta, on_shortfall)
         self.params["secagg"] = self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
 
     def make_codec(self):
@@ -62,9 +65,20 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
             return _Refused(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))
         public = {"levels": {s: r["level"] for s, r in planned.requests.items()}, "epsilon": first["epsilon"],
-                  "bins": bins.as_body()}
+                  "bins": bins.as_body(), "central": first["central"]}
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
-                                    lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng))
+                                    lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng),
+                                    lambda inputs: self.unmask_refusal(len(sizes), inputs))
+
+    def unmask_refusal(self, sites: int, inputs: int) -> str | None:
+        """Why the sum of `inputs` one-hot bins may not be revealed (abort policy), or None."""
+        if self.on_shortfall != "abort":
+            return None
+        privacy = central_privacy(self.local_epsilon(sites), inputs, self.epsilon, self.delta)
+        if not privacy["privacy_shortfall"]:
+            return None
+        return shortfall_reason(inputs, self.planned_messages(sites), privacy["epsilon_obtained"], self.epsilon,
+                                self.delta)
 
     def finish(self, aggregate: Aggregate, sizes, planned, bins: Bins, rng) -> Outcome:
         if not aggregate.ok:
@@ -84,6 +98,11 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
         raise RequestError("fedcp2_qq_secagg's site half needs its site id (built by site_for)")
 
     @classmethod
+    def spend(cls, phase, body):
+        """Counted when the site accepts the session (advertise), before it makes any key."""
+        return bin_spend(body.get("method")) if phase == "advertise" and isinstance(body, dict) else None
+
+    @classmethod
     def site_for(cls, scores, rng, site_id, session):
         def one_hot(public, params: SecAggParams) -> np.ndarray:
             level = public["levels"].get(site_id)
@@ -101,8 +120,10 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
 
 
 def check_public(public) -> None:
-    if not isinstance(public, dict) or set(public) != {"levels", "epsilon", "bins"}:
-        raise RequestError(f"expected levels, epsilon and bins; got {sorted(public) if isinstance(public, dict) else public!r}")
+    if not isinstance(public, dict) or set(public) != {"levels", "epsilon", "bins", "central"}:
+        raise RequestError(f"expected levels, epsilon, bins and central; got "
+                           f"{sorted(public) if isinstance(public, dict) else public!r}")
+    bin_spend(public)
     if not isinstance(public["levels"], dict):
         raise RequestError("levels must map site ids to levels")
     bins_from_request(public["bins"])

@@ -8,7 +8,14 @@ uses that epsilon_0, so it shrinks roughly as 1 / sqrt(m). Bins are sealed to th
 session key and travel through the shuffler process; the coordinator takes the k-th smallest of
 the anonymous batch exactly as FedCP²-QQ does (coverage >= 1 - alpha by theorem 4.1 at
 epsilon_0). The report gives epsilon_0 and the central epsilon for the number of bins actually
-shuffled (a larger one, `privacy_shortfall`, if more sites than planned dropped out).
+shuffled.
+
+The central epsilon holds only when at least m - dropouts bins are shuffled. Each request names
+that number (`central`, checked by each site before it counts the central epsilon against its
+budget), and the shuffler withholds a smaller batch, so by default (`on_shortfall: abort`) a
+session where more sites than planned dropped out releases nothing and aborts with the reason.
+`on_shortfall: report` lets the batch through and returns the threshold with status
+`shortfall`, its reason naming the epsilon obtained against the one asked.
 
 Assumption, as in the paper: the amplification theorem needs each site's message to be
 epsilon_0-DP between any two of its inputs (local DP). The exponential mechanism is epsilon_0-DP
@@ -23,6 +30,7 @@ from functools import lru_cache
 from protocol.amplification import local_epsilon_for, shuffled_epsilon
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
+from protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
 from protocol.methods.fedcp2_qq import FedCP2QQ
 
 DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
@@ -31,33 +39,58 @@ DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
 class FedCP2QQShuffled(FedCP2QQ):
     name = "fedcp2_qq_shuffle"
     codec = "shuffle"
-    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC}
+    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC, "on_shortfall": SHORTFALL_SPEC}
     MODEL = "central: eps0-LDP bins, shuffled (FMT21)"
 
-    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6):
+    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort"):
         super().__init__(alpha, epsilon, bins, gamma_grid, dropouts)
         self.params["delta"] = self.delta = float(delta)
+        self.params["on_shortfall"] = self.on_shortfall = on_shortfall
 
     @property
     def privacy(self):
         return {"epsilon": self.epsilon, "model": self.MODEL}
 
+    def planned_messages(self, sites: int) -> int:
+        """The fewest bins the amplification is planned for: every site but the dropouts allowed."""
+        return max(1, sites - self.dropouts)
+
     def local_epsilon(self, sites: int) -> float:
-        return amplified_local_epsilon(self.epsilon, max(1, sites - self.dropouts), self.delta)
+        return amplified_local_epsilon(self.epsilon, self.planned_messages(sites), self.delta)
 
     def make_codec(self):
         return Shuffle(ExpMechBins(self._bins().count))
 
+    def plan(self, sizes):
+        planned = super().plan(sizes)
+        if isinstance(planned, Outcome):
+            return planned
+        messages = self.planned_messages(len(sizes))
+        central = {"epsilon": self.epsilon, "delta": self.delta, "messages": messages}
+        return Planned({s: {**body, "central": central} for s, body in planned.requests.items()}, planned.state,
+                       minimum=messages if self.on_shortfall == "abort" else 0)
+
     def combine(self, sizes, planned, answers, dropped, rng):
         outcome = super().combine(sizes, planned, answers, dropped, rng)
-        outcome.details.update(central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon,
-                                               self.delta))
-        return outcome
+        privacy = central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon, self.delta)
+        outcome.details.update(privacy)
+        if not privacy["privacy_shortfall"] or outcome.status != "ok":
+            return outcome
+        reason = shortfall_reason(len(answers), self.planned_messages(len(sizes)), privacy["epsilon_obtained"],
+                                  self.epsilon, self.delta)
+        if self.on_shortfall == "abort":
+            return Outcome.aborted(reason + "; nothing released (on_shortfall: abort)", **outcome.details)
+        return outcome.short_of_privacy(reason)
 
 
 @lru_cache(maxsize=256)
 def amplified_local_epsilon(epsilon: float, parties: int, delta: float) -> float:
     return local_epsilon_for(epsilon, parties, delta)
+
+
+def shortfall_reason(inputs: int, planned: int, obtained: float, epsilon: float, delta: float) -> str:
+    return (f"privacy shortfall: {inputs} private inputs where {planned} were planned for, so the release is "
+            f"(epsilon {obtained:.4g}, delta {delta:g})-DP, not the epsilon {epsilon:g} asked")
 
 
 def central_privacy(epsilon0: float, messages: int, epsilon: float, delta: float) -> dict:

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from protocol.accounting import Spend, request_key
 from protocol.codecs.summary import Summary
 from protocol.kanon import EXTREMES, KAnonymityError, Release, Table, apply_release, check_release, first_release, \
     join_release
@@ -153,6 +154,15 @@ def parse_table_request(body) -> tuple[int, str, tuple[float, float] | None, lis
             or any(b <= a for a, b in zip(limits, limits[1:]))):
         raise RequestError("limits must be empty (first site) or at least two increasing numbers")
     return k, extremes, bounds, [float(v) for v in limits]
+
+
+def table_spend(layout: str, body) -> Spend:
+    """A K-anonymous release (protocol.accounting): keyed by the table's group layout and the
+    whole request, so that only an identical request on the same data gets the earlier release
+    back; any other counts against the site's `kanon_releases`."""
+    k, extremes, bounds, limits = parse_table_request(body)
+    return Spend("kanon", model=f"K-anonymous table (K = {k}, {layout})",
+                 key=request_key(layout, k, extremes, list(bounds or ()), limits))
 
 
 def table_request(k: int, extremes: str, bounds: list[float]) -> dict:

@@ -19,7 +19,7 @@ from protocol.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights
                                   t_weighted, u_federated, z_score)
 from protocol.methods.base import Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
-                                          table_request)
+                                          table_request, table_spend)
 
 TESTS = ("sum", "weighted", "fisher")
 SITE_FIELDS = {"u": "float", "variance": "float", "n": "int", "m": "int"}
@@ -122,3 +122,7 @@ class MWUTable(Method):
     @classmethod
     def site(cls, scores, rng):
         return KAnonTableSite(list(two_sample_groups(scores)), rng)
+
+    @classmethod
+    def spend(cls, phase, body):
+        return table_spend("control and treatment", body)

@@ -4,12 +4,22 @@ Request body {"level": q, "epsilon": eps, "bins": {"lo", "hi", "count"}}: the si
 exponential mechanism (protocol.dp, paper 000 algorithm 2) on its own scores and answers with
 the 0-based bin index only. Nothing else about its scores leaves the site. It checks what it is
 asked for, so that a coordinator cannot request an unbounded epsilon or an absurd histogram.
+
+A bin that travels through a shuffler (or into a one-hot secure sum) also carries the central
+guarantee the session is planned for, {"central": {"epsilon", "delta", "messages"}}: the site
+checks it against the amplification bound (protocol.amplification) for that many messages
+before it counts the central (epsilon, delta) against its own budget (`bin_spend`); the
+shuffler withholds a batch of fewer messages (protocol.shuffle).
 """
 
 from __future__ import annotations
 
 import math
 
+from functools import lru_cache
+
+from protocol.accounting import Spend
+from protocol.amplification import shuffled_epsilon
 from protocol.dp import Bins, private_quantile_bin
 from protocol.methods.base import RequestError, SiteHalf
 
@@ -21,8 +31,8 @@ class PrivateQuantileBin(SiteHalf):
         self.scores, self.rng = scores, rng
 
     def answer(self, phase, body):
-        if set(body) != {"level", "epsilon", "bins"}:
-            raise RequestError(f"expected level, epsilon and bins; got {sorted(body)}")
+        if set(body) - {"central"} != {"level", "epsilon", "bins"}:
+            raise RequestError(f"expected level, epsilon and bins (and central); got {sorted(body)}")
         level, epsilon, bins = body["level"], body["epsilon"], body["bins"]
         if not _number(level) or not 0.0 < level <= 1.0:
             raise RequestError(f"level must lie in (0, 1], got {level!r}")
@@ -30,6 +40,33 @@ class PrivateQuantileBin(SiteHalf):
             raise RequestError(f"epsilon must be a positive number, got {epsilon!r}")
         grid = bins_from_request(bins)
         return private_quantile_bin(self.scores, grid, float(level), float(epsilon), self.rng)
+
+
+def bin_spend(body) -> Spend:
+    """What one exponential-mechanism bin releases: epsilon-LDP at the request's epsilon, or the
+    central (epsilon, delta) of a shuffle of at least `messages` such bins when the request
+    claims one and FMT21's bound backs the claim (RequestError when it does not)."""
+    epsilon = body.get("epsilon") if isinstance(body, dict) else None
+    if not _number(epsilon) or not 0.0 < epsilon < math.inf:
+        raise RequestError(f"epsilon must be a positive number, got {epsilon!r}")
+    central = body.get("central")
+    if central is None:
+        return Spend("dp", float(epsilon), 0.0, "local")
+    if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "messages"}
+            or not all(_number(central[k]) for k in central) or isinstance(central["messages"], float)
+            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1 or central["messages"] < 1):
+        raise RequestError(f"central must be {{epsilon > 0, delta in (0, 1), messages >= 1}}, got {central!r}")
+    backed = amplified_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
+    if backed > central["epsilon"] * (1 + 1e-6):
+        raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: {central['messages']} "
+                           f"shuffled messages at local epsilon {epsilon:g} give {backed:.4g} (FMT21)")
+    return Spend("dp", float(central["epsilon"]), float(central["delta"]),
+                 f"central by amplification of {central['messages']} messages (local epsilon {epsilon:.4g})")
+
+
+@lru_cache(maxsize=1024)
+def amplified_epsilon(epsilon0: float, messages: int, delta: float) -> float:
+    return shuffled_epsilon(epsilon0, messages, delta)
 
 
 def bins_from_request(bins, min_count: int = 1, max_count: int = MAX_BINS) -> Bins:

@@ -23,7 +23,8 @@ from protocol.dp import Bins, optimal_bins_and_gamma, optimal_gamma, private_lev
 from protocol.methods.base import OneShotMethod, Outcome, Planned
 from protocol.methods.centralized import AllScores
 from protocol.methods.fedcp2_qq import _maybe_bins, resolve_bins
-from protocol.methods.private_bin import PrivateQuantileBin
+from protocol.accounting import Spend
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 
 PRIVATE_BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 0, "default": 0},  # 0: choose m* by paper 003 algorithm 5
@@ -94,6 +95,10 @@ class PrivateCP(_PrivateCPBase):
     def site(cls, scores, rng):
         return AllScores(scores)
 
+    @classmethod
+    def spend(cls, phase, body):
+        return Spend("none", model="every score to a curator trusted with them (central DP on its release)")
+
 
 class PrivateCPLocal(_PrivateCPBase):
     name = "private_cp_local"
@@ -129,6 +134,10 @@ class PrivateCPLocal(_PrivateCPBase):
     @classmethod
     def site(cls, scores, rng):
         return PrivateQuantileBin(scores, rng)
+
+    @classmethod
+    def spend(cls, phase, body):
+        return bin_spend(body)
 
 
 class _PerSiteBins(ExpMechBins):

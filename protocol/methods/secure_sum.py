@@ -6,6 +6,11 @@ phases, computing its input vector only when it masks. The secagg parameters, a 
 nonce (bound into every derived key and ciphertext) and the method's own public parameters
 travel in the advertise request, so a site half is built from the request alone; the site checks
 the method parameters (`check`) before it makes any key.
+
+`before_unmask(inputs)` lets the method stop a session whose privacy was planned for more inputs
+than the masked ones (DDG noise from too few sites, too few one-hot bins to hide among): it
+returns the reason, and the session aborts before any site is asked to unmask, so the sum is
+never revealed.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggPara
 
 class SecureSumCoordinator(CoordinatorHalf):
     def __init__(self, params: SecAggParams, sites: list[str], rng: np.random.Generator,
-                 public: dict, finish: Callable[[Aggregate], Outcome]) -> None:
+                 public: dict, finish: Callable[[Aggregate], Outcome],
+                 before_unmask: Callable[[int], str | None] = lambda inputs: None) -> None:
         self.nonce = int(rng.integers(0, 2**62))
         self.server = SecAggServer(params, sites, self.nonce, rng)
-        self.public, self.finish = public, finish
+        self.public, self.finish, self.before_unmask = public, finish, before_unmask
 
     def start(self):
         requests = self.server.start()
@@ -41,6 +47,11 @@ class SecureSumCoordinator(CoordinatorHalf):
         step = self.server.advance(phase, good, lost)
         if isinstance(step, Aggregate):
             return self.finish(step)
+        if phase == "mask":
+            reason = self.before_unmask(len(self.server.masked))
+            if reason:
+                masked = sorted(self.server.masked)
+                return self.finish(Aggregate(None, masked, f"{reason}; the sum was not unmasked", dict(self.server.lost)))
         return Send(PHASES[PHASES.index(phase) + 1], step)
 
 

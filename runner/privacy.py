@@ -1,0 +1,99 @@
+"""What each site spent of its privacy budget: privacy.csv and the summary's `privacy` section.
+
+Read from the sites' own accounts (sites.storage.read_account; protocol.accounting), never from
+what the coordinator asked: a refused request spent nothing, a K-anonymous table sent again
+unchanged spent nothing new.
+
+privacy.csv, one row per site and method label, then one `total` row per site:
+    site, method, releases (answers that released something), reused (K-anonymous tables sent
+    again unchanged), refused (requests the budget refused), non_private (answers with no formal
+    privacy), kanon_tables (distinct K-anonymous tables), epsilon_basic / delta_basic (sums,
+    basic composition), epsilon_composed (the budget's composition rule at its delta), scope.
+Under scope `trial` each trial's data are fresh, so a `total` row gives the worst trial's
+composition (`epsilon_composed`) and, for reference, the basic sums over the whole run.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from protocol.accounting import Budget, SiteAccount, basic_composition
+from protocol.randomness import method_session
+from sites.storage import read_account
+
+COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",
+           "delta_basic", "epsilon_composed", "composition", "delta", "scope"]
+
+
+def session_labels(labels: list[str], trials: int) -> dict[int, str]:
+    return {method_session(t, i): label for t in range(trials) for i, label in enumerate(labels)}
+
+
+def privacy_rows(accounts: dict[str, SiteAccount], labels: dict[int, str]) -> list[dict]:
+    rows = []
+    for site, account in sorted(accounts.items()):
+        by_method = defaultdict(list)
+        for record in account.records:
+            by_method[labels.get(record["session"], record["method"])].append(record)
+        for method, records in sorted(by_method.items()):
+            rows.append({"site": site, "method": method, **_counts(account, records, per_trial=False)})
+        rows.append({"site": site, "method": "total",
+                     **_counts(account, account.records, per_trial=account.budget.scope == "trial")})
+    return rows
+
+
+def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
+    dp = [r for r in records if r["kind"] == "dp"]
+    events = [(r["epsilon"], r["delta"]) for r in dp]
+    eps, delta = basic_composition(events)
+    if per_trial:
+        by_trial = defaultdict(list)
+        for r in dp:
+            by_trial[r["trial"]].append((r["epsilon"], r["delta"]))
+        composed = max((account.composed(e) for e in by_trial.values()), default=0.0)
+    else:
+        composed = account.composed(events)
+    return {"releases": sum(r["kind"] != "refused" and not r["reused"] for r in records),
+            "reused": sum(bool(r["reused"]) for r in records),
+            "refused": sum(r["kind"] == "refused" for r in records),
+            "non_private": sum(r["kind"] == "none" for r in records),
+            "kanon_tables": len({(r["data"], r["key"]) for r in records if r["kind"] == "kanon"}),
+            "epsilon_basic": eps, "delta_basic": delta, "epsilon_composed": composed,
+            "composition": account.budget.composition, "delta": account.budget.delta,
+            "scope": account.budget.scope}
+
+
+def read_accounts(workdir: Path, site_ids: list[str], budget: Budget) -> dict[str, SiteAccount]:
+    """The accounts the sites left on this host's storage (sites elsewhere keep theirs)."""
+    return {site: SiteAccount(budget, read_account(workdir, site)) for site in site_ids
+            if (Path(workdir) / "privacy" / f"{site}.msgpack").exists()}
+
+
+def write_privacy(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(row[k]) for k in COLUMNS})
+
+
+def privacy_summary(rows: list[dict], budget: Budget) -> dict:
+    """The summary's `privacy` section: the budget, and over sites the largest spend and counts."""
+    totals = [r for r in rows if r["method"] == "total"]
+    finite = [r["epsilon_composed"] for r in totals if math.isfinite(r["epsilon_composed"])]
+    return {"budget": {"scope": budget.scope, "epsilon": budget.epsilon, "delta": budget.delta,
+                       "composition": budget.composition, "kanon_releases": budget.kanon_releases},
+            "sites_reported": len(totals),
+            "epsilon_composed_max": max(finite, default=None) if len(finite) == len(totals) else "inf",
+            "epsilon_basic_max": max((r["epsilon_basic"] for r in totals), default=None),
+            "refused": sum(r["refused"] for r in totals), "reused": sum(r["reused"] for r in totals),
+            "kanon_tables_max": max((r["kanon_tables"] for r in totals), default=0)}
+
+
+def _cell(value):
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "inf"
+    return value
