@@ -11,8 +11,9 @@ fractional) frequency per bin. It is built site by site, the largest first:
   own data allow (the same binning inside the bin), then merges, per group, runs of consecutive
   bins left to right until each released count is 0 or at least K;
 - extreme limits are infinite, declared public bounds, or privacy buffers (a_0 - d_1, a_B + d_B
-  with d the mean gap between consecutive points of the extreme bin), revised by later sites
-  whose data go beyond them.
+  with d the mean gap between consecutive points of the extreme bin, scaled by a random factor
+  here: `buffer_width`), revised by a later site when at least K of its points go beyond them;
+  fewer are counted in the extreme bin (`top_code`), as are values beyond declared bounds.
 
 What a site releases is a `Release`: the refined limits and, per group, a partition of the bins
 into cells with one count each. `check_release` is the K-anonymity invariant, run by the site
@@ -21,6 +22,20 @@ of its data values. Because a site releases exactly one partition per group, no 
 recovered by differencing two released numbers. The coordinator's `apply_release` spreads each
 cell's count over its bins in proportion to the current table (the paper's reallocation), using
 only released numbers.
+
+What a release reveals, and what it protects (issue 20). Public by design: each site's size and
+its groups' sizes (the largest-first order and paper 004's weights need them), whether a group
+was withheld (its size is public), and the table itself: limits and cell counts. Protected:
+every released count covers 0 or at least K of the site's points; no limit is a data value
+(declared bounds and limits received from the table are public, not data); no limit is a
+deterministic function of the data (interior limits are w a_j + (1 - w) v_{j+1}, buffers carry
+a random factor), so limits bound values but never determine one; an extreme limit moves only on
+the evidence of at least K points; a withheld group takes no part in anything released (limits,
+buffers, refusals), so nothing about its values or per-bin counts leaves the site. What a site
+released before on the same data is the one thing a single release cannot see: the site's own
+account (protocol.accounting) sends an identical request the identical release again and
+refuses a different one beyond its `kanon_releases`, so no two tables of the same data can be
+differenced.
 
 Deviation from the appendix pseudo-code, deliberately: its next_1d_point counts values strictly
 below x[K], which releases fewer than K points when values tie; we cut after the K-th smallest
@@ -139,19 +154,37 @@ def mean_gap(values: np.ndarray) -> float:
     return float(np.mean(np.diff(values))) if values.size > 1 else 0.0
 
 
-def lower_buffer(first_bin_values: np.ndarray, inner_limit: float) -> float:
-    """c_0 = a_0 - d_1; when every point of the extreme bin is equal (d_1 = 0) the buffer is the
-    distance to the inner limit instead, so that c_0 is never a data value."""
+#: a privacy buffer is never narrower than this many units in the last place of max(|extreme|, 1)
+BUFFER_FLOOR_ULPS = 2.0 ** 20
+
+
+def buffer_width(extreme_bin: np.ndarray, extreme: float, inner_limit: float | None,
+                 rng: np.random.Generator) -> float:
+    """How far beyond the extreme value a privacy buffer puts the extreme limit (section 3.1:
+    c_0 = a_0 - d_1, c_B = a_B + d_B). The paper's width is the mean gap d-bar of the extreme
+    bin; when its points are all equal, their distance to the inner limit. Deviation, for
+    privacy: the width is scaled by a fresh factor 1 + U, U ~ U(0, 1), and is at least
+    BUFFER_FLOOR_ULPS units in the last place of max(|extreme value|, 1). Deterministic buffers let
+    the limits determine a value (a bin of one distinct value and its inner limit c_1 give
+    a_0 = (c_0 + c_1) / 2; one bin gives the midpoint of the minimum and the maximum), and at
+    adjacent floats a_0 - d-bar rounds onto a_0 itself."""
+    gap = mean_gap(extreme_bin)
+    if gap <= 0 and inner_limit is not None and math.isfinite(inner_limit):
+        gap = abs(inner_limit - extreme)
+    floor = BUFFER_FLOOR_ULPS * float(np.spacing(max(abs(extreme), 1.0)))
+    return max(gap, floor) * (1.0 + rng.uniform())
+
+
+def lower_buffer(first_bin_values: np.ndarray, inner_limit: float | None, rng: np.random.Generator) -> float:
+    """c_0 = a_0 - width (buffer_width): strictly below every value of the bin."""
     a0 = float(first_bin_values[0])
-    gap = mean_gap(first_bin_values)
-    return a0 - (gap if gap > 0 else inner_limit - a0)
+    return a0 - buffer_width(first_bin_values, a0, inner_limit, rng)
 
 
-def upper_buffer(last_bin_values: np.ndarray, inner_limit: float) -> float:
-    """c_B = a_B + d_B, mirrored from lower_buffer."""
+def upper_buffer(last_bin_values: np.ndarray, inner_limit: float | None, rng: np.random.Generator) -> float:
+    """c_B = a_B + width, mirrored from lower_buffer."""
     aB = float(last_bin_values[-1])
-    gap = mean_gap(last_bin_values)
-    return aB + (gap if gap > 0 else aB - inner_limit)
+    return aB + buffer_width(last_bin_values, aB, inner_limit, rng)
 
 
 def bin_index(limits: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -188,8 +221,12 @@ def k_anonymous_cells(counts: np.ndarray, k: int) -> list[tuple[int, int, int]] 
 
 def _releasable(groups: list[np.ndarray], k: int) -> list[np.ndarray]:
     """The groups whose site total may be released (0 or >= K); the others, withheld, take no
-    part in choosing limits."""
+    part in anything the site releases (limits, extremes, refusals)."""
     return [g if valid_count(g.size, k) else g[:0] for g in groups]
+
+
+def _pooled(groups: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate(groups)) if groups else np.empty(0)
 
 
 def _release(limits: list[float], groups: list[np.ndarray], k: int) -> Release:
@@ -202,63 +239,67 @@ def _release(limits: list[float], groups: list[np.ndarray], k: int) -> Release:
     return Release(tuple(limits), tuple(cells), tuple(withheld))
 
 
-def _extremes(groups, limits_inner: list[float], extremes: str, bounds) -> tuple[float, float]:
-    pooled = np.sort(np.concatenate(groups))
+def _extremes(pooled: np.ndarray, inner: list[float], extremes: str, bounds, rng) -> tuple[float, float]:
+    """c_0 and c_B of the first release, from the releasable groups' sorted values: infinite,
+    the declared bounds, or privacy buffers around the extreme bins (each holds at least K of
+    the site's points: greedy_cuts makes every bin so)."""
     if extremes == "infinite":
         return -math.inf, math.inf
     if extremes == "bounds":
-        lo, hi = bounds
-        return float(lo), float(hi)
-    lo_inner = limits_inner[0] if limits_inner else float(pooled[-1])
-    hi_inner = limits_inner[-1] if limits_inner else float(pooled[0])
-    first = pooled[pooled <= lo_inner] if limits_inner else pooled
-    last = pooled[pooled > hi_inner] if limits_inner else pooled
-    if not limits_inner:  # one bin: the buffers come from the whole data
-        gap = mean_gap(pooled) or 1.0
-        return float(pooled[0]) - gap, float(pooled[-1]) + gap
-    return lower_buffer(first, lo_inner), upper_buffer(last, hi_inner)
+        return float(bounds[0]), float(bounds[1])
+    first = pooled[pooled <= inner[0]] if inner else pooled
+    last = pooled[pooled > inner[-1]] if inner else pooled
+    return (lower_buffer(first, inner[0] if inner else None, rng),
+            upper_buffer(last, inner[-1] if inner else None, rng))
 
 
-def check_bounds(groups: list[np.ndarray], bounds) -> None:
-    lo, hi = bounds
-    for g in groups:
-        if g.size and (g[0] < lo or g[-1] > hi):
-            raise KAnonymityError(f"a value lies outside the declared bounds [{lo:g}, {hi:g}]")
+def top_code(groups: list[np.ndarray], lo: float, hi: float) -> list[np.ndarray]:
+    """Values beyond the extreme limits counted at them (in the extreme bins): declared bounds
+    are public and are not moved by the data, and a joining site moves a buffer only on the
+    evidence of at least K of its points (join_release), so a few outliers are top-coded."""
+    return [np.clip(g, lo, hi) for g in groups]
 
 
 def first_release(groups: list[np.ndarray], k: int, rng: np.random.Generator, extremes: str = "buffer",
                   bounds: tuple[float, float] | None = None) -> Release:
     """The largest site's table (section 3.1, algorithm 1): greedy cuts, anonymized limits and
-    extreme limits. `groups` are the site's values per group (one group for quantiles)."""
+    extreme limits. `groups` are the site's values per group (one group for quantiles). Only
+    the groups with 0 or at least K values take part; with `bounds`, values beyond them are
+    counted in the extreme bins (top_code)."""
     if extremes not in EXTREMES:
         raise ValueError(f"extremes must be one of {EXTREMES}, got {extremes!r}")
     groups = [np.sort(np.asarray(g, dtype=float)) for g in groups]
-    if extremes == "bounds":
-        check_bounds(groups, bounds)
     active = _releasable(groups, k)
     if not any(g.size for g in active):
         raise KAnonymityError(f"every group here is empty or has fewer than K = {k} values: nothing can be released")
+    if extremes == "bounds":
+        active = top_code(active, *bounds)
     cuts, _ = greedy_cuts(active, k)
-    pooled = np.unique(np.concatenate(groups))  # withheld values too: no limit may equal any value
-    inner = anonymized_limits(cuts, pooled, rng)
-    lo, hi = _extremes(groups, inner, extremes, bounds)
+    pooled = _pooled(active)
+    inner = anonymized_limits(cuts, np.unique(pooled), rng)
+    lo, hi = _extremes(pooled, inner, extremes, bounds, rng)
     return _release([lo, *inner, hi], groups, k)
 
 
 def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.Generator,
                  extremes: str = "buffer", bounds: tuple[float, float] | None = None) -> Release:
     """A further site's contribution (section 3.2, algorithm 4): revise the extreme limits if its
-    data go beyond them, split each bin where its own data allow, then K-anonymous cells."""
+    data go beyond them, split each bin where its own data allow, then K-anonymous cells.
+
+    Deviation, for privacy: a buffer limit moves only when at least K of the site's releasable
+    points lie beyond it (the paper moves it for one point, and the moved limit then bounds that
+    point's value, or with the inner limit determines it); fewer are counted in the extreme bin
+    (top_code). The new limit is a buffer (buffer_width) around the site's own extreme bin."""
     groups = [np.sort(np.asarray(g, dtype=float)) for g in groups]
     limits = [float(v) for v in table_limits]
-    if extremes == "bounds":
-        check_bounds(groups, bounds)
     active = _releasable(groups, k)
-    pooled = np.sort(np.concatenate(groups))
-    if pooled.size and pooled[0] < limits[0]:  # section 3.2, "joining the last bin"
-        limits[0] = lower_buffer(pooled[pooled <= limits[1]], limits[1])
-    if pooled.size and pooled[-1] > limits[-1]:
-        limits[-1] = upper_buffer(pooled[pooled > limits[-2]], limits[-2])
+    pooled = _pooled(active)
+    if extremes == "buffer" and np.count_nonzero(pooled < limits[0]) >= k:  # section 3.2, "joining the last bin"
+        limits[0] = lower_buffer(pooled[pooled <= limits[1]], limits[1], rng)
+    if extremes == "buffer" and np.count_nonzero(pooled > limits[-1]) >= k:
+        limits[-1] = upper_buffer(pooled[pooled > limits[-2]], limits[-2], rng)
+    active = top_code(active, limits[0], limits[-1])
+    pooled = _pooled(active)
     refined = [limits[0]]
     edges = np.asarray(limits)
     for b in range(len(limits) - 1):
@@ -273,11 +314,12 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
 def check_release(release: Release, groups: list[np.ndarray], k: int, public_limits=()) -> None:
     """The K-anonymity invariant (issue 9, item 1), checked by the site before it sends:
     cells partition the bins, every count is 0 or >= K and equals the site's data, withheld
-    groups release nothing, and no limit outside `public_limits` is one of the site's values."""
+    groups release nothing, and no limit outside `public_limits` (the table it was given, the
+    declared bounds) is one of the values of its releasable groups."""
     limits = np.asarray(release.limits, dtype=float)
     if limits.size < 2 or np.any(np.diff(limits) <= 0):
         raise KAnonymityError("limits must increase strictly")
-    data = np.concatenate([np.asarray(g, dtype=float) for g in groups]) if groups else np.empty(0)
+    data = _pooled([np.asarray(g, dtype=float) for g in _releasable(list(groups), k)])
     public = {float(v) for v in public_limits}
     exposed = [v for v in limits if v not in public and np.any(data == v)]
     if exposed:

@@ -52,11 +52,16 @@ class SiteLocal:
         X, y = read_shard(self.workdir, trial, self.site_id)
         with model_slot(self.workdir, trial):  # the host's memory is shared with the other sites
             model = read_model(self.workdir, trial)
-            self.scores = np.asarray(model.scores(X, y), dtype=float)
+            scores = np.asarray(model.scores(X, y), dtype=float)
             self.device = model.device  # resolved in this process: CUDA where this site has it
             del model
             gc.collect()
+        return self.hold(trial, seed, scores)
+
+    def hold(self, trial: int, seed: int, scores: np.ndarray) -> int:
+        """Serve `trial` with these scores (what open_trial computed); return n_j."""
         self.trial, self.seed, self._halves = trial, seed, {}
+        self.scores = np.asarray(scores, dtype=float)
         self.fingerprint = data_fingerprint(self.scores)
         return int(len(self.scores))
 

@@ -66,3 +66,52 @@ def test_every_shuffler_fault_is_handled_and_logged(tmp_path):
     assert "site-004" not in dropouts  # its message reached the batch; which one failed is unknown
     # the central epsilon is for the 3 bins actually shuffled (no amplification with so few)
     assert float(row["epsilon_obtained"]) == pytest.approx(float(row["epsilon_local"]), rel=1e-6)
+
+
+def test_a_slow_shuffler_never_costs_an_honest_site(tmp_path):
+    """Issue 20's race, forced: the batch_open reaches the shuffler 2 s late (a scripted delay on
+    the coordinator's message to it). Had the sites been asked at once, their sealed bins would
+    have reached the shuffler before its batch and been refused; the coordinator asks only after
+    the shuffler's batch_ready, so all six bins are shuffled, at the epsilon asked."""
+    method = {"name": "fedcp2_qq_shuffle", "epsilon": 3.0, "bins": BINS}
+    faults = [{"action": "delay", "sites": "shuffler", "direction": "down", "seconds": 2}]
+    run_study(scenario([method], faults, respond=10), tmp_path)
+    (row,) = RunDirectory(tmp_path).read_results()
+    assert row["status"] == "ok" and int(row["answered"]) == 6, row["reason"]
+    assert float(row["epsilon_obtained"]) <= 3.0 + 1e-9
+    log = (tmp_path / "logs" / "shuffler.log").read_text()
+    assert "no batch is open" not in log and "6 of 6 sealed messages" in log
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "fault" and e.get("site") == "shuffler" for e in events)
+
+
+def test_a_lost_batch_open_asks_no_site_and_aborts_with_the_reason(tmp_path):
+    method = {"name": "fedcp2_qq_shuffle", "epsilon": 3.0, "bins": BINS}
+    faults = [{"action": "drop", "sites": "shuffler", "direction": "down"}]
+    run_study(scenario([method], faults, respond=2), tmp_path)
+    (row,) = RunDirectory(tmp_path).read_results()
+    assert row["status"] == "aborted" and "the shuffler did not confirm the batch" in row["reason"]
+    ledger = (tmp_path / "ledger.csv").read_text()
+    assert ",request," not in ledger  # not one site was asked
+
+
+@pytest.mark.parametrize("policy", ["abort", "report"])
+def test_fewer_bins_than_planned_is_never_a_silent_ok(tmp_path, policy):
+    """Two of six sites never answer, the amplification was planned for six: by default the
+    shuffler withholds the batch (the coordinator never sees a ciphertext) and the session
+    aborts naming why; with on_shortfall: report the threshold comes back as 'shortfall' with
+    the epsilon obtained above the one asked."""
+    # a delta this large makes six messages amplify (epsilon_0 = 1.55 for a central 1.0), so that
+    # four messages fall short (1.14); at delta 1e-6 six sites would get no amplification at all
+    method = {"name": "fedcp2_qq_shuffle", "epsilon": 1.0, "delta": 0.2, "bins": BINS, "on_shortfall": policy}
+    faults = [{"action": "straggle", "sites": ["site-001", "site-004"], "phase": "respond"}]
+    run_study(scenario([method], faults, respond=2), tmp_path)
+    (row,) = RunDirectory(tmp_path).read_results()
+    log = (tmp_path / "logs" / "shuffler.log").read_text()
+    if policy == "abort":
+        assert row["status"] == "aborted" and row["threshold"] == "nan"
+        assert "withheld by the shuffler: 4 sealed messages arrived, fewer than the 6" in row["reason"]
+        assert "ciphertexts withheld" in log
+    else:
+        assert row["status"] == "shortfall" and int(row["answered"]) == 4
+        assert float(row["epsilon_obtained"]) > 1.1 and "privacy shortfall: 4 private inputs where 6" in row["reason"]

@@ -13,6 +13,7 @@ that the method's codec encodes; it raises RequestError for a request it will no
 from __future__ import annotations
 
 import math
+from collections import Counter
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
@@ -204,9 +205,9 @@ class _OneShotCoordinator(CoordinatorHalf):
 
     def advance(self, phase, answers, dropped) -> Step:
         if not answers:
-            reasons = sorted(set(dropped.values()))
-            why = f": {reasons[0]}" if len(reasons) == 1 else ""
-            return Outcome.aborted(f"no site answered ({len(dropped)} dropped){why}", dropped=sorted(dropped))
+            counts = Counter(dropped.values()).most_common(3)
+            why = "; ".join(f"{n} x {reason}" for reason, n in counts)
+            return Outcome.aborted(f"no site answered ({len(dropped)} dropped: {why})", dropped=sorted(dropped))
         return self.method.combine(self.sizes, self.planned, answers, dropped, self.rng)
 
 

@@ -92,7 +92,8 @@ class KAnonTableCoordinator(CoordinatorHalf):
     def _next(self):
         if self.position >= len(self.order):
             if self.table is None:
-                return Outcome.aborted("no site could release a K-anonymous table", skipped=self.skipped)
+                why = "; ".join(f"{site}: {reason}" for site, reason in list(self.skipped.items())[:3])
+                return Outcome.aborted(f"no site could release a K-anonymous table ({why})", skipped=self.skipped)
             return self.finish(self.table, self.contributed, self.skipped)
         limits = [] if self.table is None else list(self.table.limits)
         site = self.order[self.position]
