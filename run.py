@@ -77,6 +77,7 @@ def _run_with_progress(spec, out, start):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from runner.privacy import privacy_line
     from runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
     from runner.study import ResumeError
     console = Console(width=None if sys.stdout.isatty() else 150)
@@ -103,6 +104,7 @@ def _run_with_progress(spec, out, start):
     if summary["communication"]:
         console.print(communication_table(summary["communication"]))
     console.print(sites_line(summary))
+    console.print(privacy_line(summary["privacy"]))
     console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/")
 
 

@@ -9,8 +9,8 @@ privacy.csv, one row per site and method label, then one `total` row per site:
     again unchanged), refused (requests the budget refused), non_private (answers with no formal
     privacy), kanon_tables (distinct K-anonymous tables), epsilon_basic / delta_basic (sums,
     basic composition), epsilon_composed (the budget's composition rule at its delta), scope.
-Under scope `trial` each trial's data are fresh, so a `total` row gives the worst trial's
-composition (`epsilon_composed`) and, for reference, the basic sums over the whole run.
+Under scope `trial` each trial's data are fresh, so every row gives the worst trial (its basic
+sums and its composition); under scope `dataset`, the whole run.
 """
 
 from __future__ import annotations
@@ -38,24 +38,21 @@ def privacy_rows(accounts: dict[str, SiteAccount], labels: dict[int, str]) -> li
         by_method = defaultdict(list)
         for record in account.records:
             by_method[labels.get(record["session"], record["method"])].append(record)
+        per_trial = account.budget.scope == "trial"
         for method, records in sorted(by_method.items()):
-            rows.append({"site": site, "method": method, **_counts(account, records, per_trial=False)})
-        rows.append({"site": site, "method": "total",
-                     **_counts(account, account.records, per_trial=account.budget.scope == "trial")})
+            rows.append({"site": site, "method": method, **_counts(account, records, per_trial)})
+        rows.append({"site": site, "method": "total", **_counts(account, account.records, per_trial)})
     return rows
 
 
 def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
-    dp = [r for r in records if r["kind"] == "dp"]
-    events = [(r["epsilon"], r["delta"]) for r in dp]
-    eps, delta = basic_composition(events)
-    if per_trial:
-        by_trial = defaultdict(list)
-        for r in dp:
-            by_trial[r["trial"]].append((r["epsilon"], r["delta"]))
-        composed = max((account.composed(e) for e in by_trial.values()), default=0.0)
-    else:
-        composed = account.composed(events)
+    by_trial = defaultdict(list)
+    for r in records:
+        if r["kind"] == "dp":
+            by_trial[r["trial"] if per_trial else 0].append((r["epsilon"], r["delta"]))
+    worst = [basic_composition(e) for e in by_trial.values()]
+    eps, delta = max((e for e, _ in worst), default=0.0), max((d for _, d in worst), default=0.0)
+    composed = max((account.composed(e) for e in by_trial.values()), default=0.0)
     return {"releases": sum(r["kind"] != "refused" and not r["reused"] for r in records),
             "reused": sum(bool(r["reused"]) for r in records),
             "refused": sum(r["kind"] == "refused" for r in records),
@@ -97,3 +94,21 @@ def _cell(value):
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else "inf"
     return value
+
+
+def privacy_line(section: dict) -> str:
+    """One line for the terminal: the most any site spent, and what its budget refused or reused."""
+    b = section["budget"]
+    limit = "no limit" if b["epsilon"] is None else f"budget {b['epsilon']:g}"
+    per = "per trial" if b["scope"] == "trial" else "over the run"
+    text = (f"privacy: each site spent at most epsilon {_fmt(section['epsilon_composed_max'])} "
+            f"({b['composition']} at delta {b['delta']:g}, {per}; {limit})")
+    if section["kanon_tables_max"]:
+        text += f", {section['kanon_tables_max']} K-anonymous table(s)"
+    if section["refused"] or section["reused"]:
+        text += f"; {section['refused']} requests refused, {section['reused']} tables sent again unchanged"
+    return text + " (privacy.csv)"
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
