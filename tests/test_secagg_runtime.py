@@ -1,6 +1,8 @@
 """Secure aggregation over real site processes: a site lost in any of the four phases, and too
 many lost, with the DDG quantile method (scenario faults applied by the generic drivers)."""
 
+import csv
+
 import numpy as np
 import pytest
 import yaml
@@ -67,6 +69,12 @@ def test_a_dropout_the_noise_was_not_planned_for_is_never_a_silent_ok(tmp_path, 
         assert row["status"] == "shortfall" and float(row["epsilon_obtained"]) > 5000.0
         assert float(row["threshold"]) == pytest.approx(
             noiseless_threshold(spec, [f"site-{i:03d}" for i in range(6) if i != 2]), abs=0)
+    # what each site counted against its budget: the epsilon asked where the unmask step enforces
+    # the planned inputs, or what the secagg threshold's inputs give where a shortfall may be released
+    with open(tmp_path / "privacy.csv") as handle:
+        spent = [float(r["epsilon_basic"]) for r in csv.DictReader(handle) if r["method"] == "total"]
+    assert len(spent) == 6 and all((e == pytest.approx(5000.0)) == (policy == "abort") for e in spent)
+    assert all(e >= 5000.0 for e in spent)
 
 
 def test_too_many_dropouts_end_in_an_explained_abort(tmp_path):

@@ -112,7 +112,7 @@ class DDGQuantile(Method):
         m, b = len(sizes), self.bins.count
         if m < 2:
             return f"secure aggregation needs at least 2 sites, {m} joined"
-        noise_sites = max(1, m - self.dropouts)
+        noise_sites = self.planned_inputs(m)
         try:
             c, sigma2 = scaling_for_epsilon(self.epsilon, self.delta, noise_sites, self.sigma2, b, self.hierarchical,
                                            self.accounting)
@@ -131,10 +131,15 @@ class DDGQuantile(Method):
             params = SecAggParams(bits, self.length(), degree, threshold)
         except ValueError as exc:
             return f"secure aggregation parameters: {exc}"
+        # the guarantee each site may count: as asked, for the planned inputs, which the unmask
+        # step enforces; under `report` only what the secagg threshold's inputs give (any sum holds
+        # at least that many)
+        inputs = noise_sites if self.on_shortfall == "abort" else threshold
+        claim = self.epsilon if self.on_shortfall == "abort" else (1 + 1e-9) * histogram_epsilon(
+            c, inputs, sigma2, b, self.hierarchical, self.delta, self.accounting)
         public = {"c": c, "sigma2": sigma2, "bins": self.bins.as_body(),
                   "histogram": "hierarchical" if self.hierarchical else "flat",
-                  "central": {"epsilon": self.epsilon, "delta": self.delta, "inputs": noise_sites,
-                              "accounting": self.accounting}}
+                  "central": {"epsilon": claim, "delta": self.delta, "inputs": inputs, "accounting": self.accounting}}
         return params, public
 
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
@@ -145,24 +150,28 @@ class DDGQuantile(Method):
         params, public = planned
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, params, public),
-                                    lambda inputs: self.unmask_refusal(public, inputs))
+                                    lambda inputs: self.unmask_refusal(public, inputs, len(sizes)))
 
     def obtained_epsilon(self, public: dict, inputs: int) -> float:
         """Theorem 1 / 2: the epsilon of a sum holding `inputs` sites' noise."""
         return histogram_epsilon(public["c"], inputs, public["sigma2"], self.bins.count, self.hierarchical,
                                  self.delta, self.accounting)
 
-    def shortfall(self, public: dict, inputs: int) -> str | None:
+    def planned_inputs(self, sites: int) -> int:
+        """How many sites' noise the scaling is planned for: all but the dropouts allowed."""
+        return max(1, sites - self.dropouts)
+
+    def shortfall(self, public: dict, inputs: int, sites: int) -> str | None:
         """Why a sum of `inputs` noisy histograms is weaker than asked, or None."""
         obtained = self.obtained_epsilon(public, inputs)
         if obtained <= self.epsilon * (1 + 1e-9):
             return None
         return (f"privacy shortfall: {inputs} noisy inputs where the noise was planned for "
-                f"{public['central']['inputs']}, so the sum is (epsilon {obtained:.4g}, delta {self.delta:g})-DP, "
+                f"{self.planned_inputs(sites)}, so the sum is (epsilon {obtained:.4g}, delta {self.delta:g})-DP, "
                 f"not the epsilon {self.epsilon:g} asked")
 
-    def unmask_refusal(self, public: dict, inputs: int) -> str | None:
-        return self.shortfall(public, inputs) if self.on_shortfall == "abort" else None
+    def unmask_refusal(self, public: dict, inputs: int, sites: int) -> str | None:
+        return self.shortfall(public, inputs, sites) if self.on_shortfall == "abort" else None
 
     def finish(self, aggregate: Aggregate, sizes, params: SecAggParams, public: dict) -> Outcome:
         common = {"dropped": sorted(aggregate.dropped), "c": public["c"], "sigma2": public["sigma2"],
@@ -185,7 +194,7 @@ class DDGQuantile(Method):
                           privacy_shortfall=obtained > self.epsilon * (1 + 1e-9),
                           quantile_indices={str(p): quantile_index(cdf, p) for p in self.report_levels},
                           **common)
-        short = self.shortfall(public, len(included))
+        short = self.shortfall(public, len(included), len(sizes))
         if short is None:
             return outcome
         if self.on_shortfall == "abort":  # the coordinator half stops before unmasking; kept as a second line

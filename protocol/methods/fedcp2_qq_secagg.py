@@ -65,7 +65,7 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
             return _Refused(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))
         public = {"levels": {s: r["level"] for s, r in planned.requests.items()}, "epsilon": first["epsilon"],
-                  "bins": bins.as_body(), "central": first["central"]}
+                  "bins": bins.as_body(), "central": self.guaranteed(m, params.threshold)}
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng),
                                     lambda inputs: self.unmask_refusal(len(sizes), inputs))

@@ -12,7 +12,8 @@ shuffled.
 
 The central epsilon holds only when at least m - dropouts bins are shuffled. Each request names
 that number (`central`, checked by each site before it counts the central epsilon against its
-budget), and the shuffler withholds a smaller batch, so by default (`on_shortfall: abort`) a
+budget; under `on_shortfall: report` the claim is what one message gives, since fewer than
+planned may then be released), and the shuffler withholds a smaller batch, so by default (`on_shortfall: abort`) a
 session where more sites than planned dropped out releases nothing and aborts with the reason.
 `on_shortfall: report` lets the batch through and returns the threshold with status
 `shortfall`, its reason naming the epsilon obtained against the one asked.
@@ -65,10 +66,20 @@ class FedCP2QQShuffled(FedCP2QQ):
         planned = super().plan(sizes)
         if isinstance(planned, Outcome):
             return planned
-        messages = self.planned_messages(len(sizes))
-        central = {"epsilon": self.epsilon, "delta": self.delta, "messages": messages}
+        central = self.guaranteed(len(sizes), 1)
         return Planned({s: {**body, "central": central} for s, body in planned.requests.items()}, planned.state,
-                       minimum=messages if self.on_shortfall == "abort" else 0)
+                       minimum=central["messages"] if self.on_shortfall == "abort" else 0)
+
+    def guaranteed(self, sites: int, floor: int) -> dict:
+        """The central guarantee each site may count (its `central` claim): with the abort policy
+        the one asked, for the planned number of messages, which the shuffler or the unmask step
+        enforces; with `report` only what `floor` messages (the fewest any release can hold)
+        give, since a shortfall may then be released."""
+        if self.on_shortfall == "abort":
+            return {"epsilon": self.epsilon, "delta": self.delta, "messages": self.planned_messages(sites)}
+        epsilon0 = self.local_epsilon(sites)
+        return {"epsilon": shuffled_epsilon(epsilon0, floor, self.delta) * (1 + 1e-9) or epsilon0,
+                "delta": self.delta, "messages": floor}
 
     def combine(self, sizes, planned, answers, dropped, rng):
         outcome = super().combine(sizes, planned, answers, dropped, rng)
