@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import msgpack
+import numpy as np
 
 SCOPES = ("trial", "dataset")
 COMPOSITIONS = ("basic", "pld")
@@ -101,8 +102,6 @@ def request_key(*parts) -> bytes:
 
 def data_fingerprint(values) -> str:
     """Which data a release was made from: a digest of the site's values (never sent anywhere)."""
-    import numpy as np
-
     array = np.ascontiguousarray(np.asarray(values, dtype=float))
     return hashlib.sha256(repr(array.shape).encode() + array.tobytes()).hexdigest()[:32]
 
@@ -152,9 +151,8 @@ class SiteAccount:
     def _in_scope(self, trial: int) -> list[dict]:
         return [r for r in self.records if self.budget.scope == "dataset" or r["trial"] == trial]
 
-    def dp_events(self, trial: int | None = None) -> list[tuple[float, float]]:
-        records = self.records if trial is None else self._in_scope(trial)
-        return [(r["epsilon"], r["delta"]) for r in records if r["kind"] == "dp"]
+    def dp_events(self, trial: int) -> list[tuple[float, float]]:
+        return [(r["epsilon"], r["delta"]) for r in self._in_scope(trial) if r["kind"] == "dp"]
 
     def composed(self, events: list[tuple[float, float]]) -> float:
         """The epsilon the budget's composition rule gives these events at the budget's delta."""

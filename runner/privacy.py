@@ -22,7 +22,7 @@ from pathlib import Path
 
 from protocol.accounting import Budget, SiteAccount, basic_composition
 from protocol.randomness import method_session
-from sites.storage import read_account
+from sites.storage import account_path, read_account
 
 COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",
            "delta_basic", "epsilon_composed", "composition", "delta", "scope"]
@@ -66,7 +66,7 @@ def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
 def read_accounts(workdir: Path, site_ids: list[str], budget: Budget) -> dict[str, SiteAccount]:
     """The accounts the sites left on this host's storage (sites elsewhere keep theirs)."""
     return {site: SiteAccount(budget, read_account(workdir, site)) for site in site_ids
-            if (Path(workdir) / "privacy" / f"{site}.msgpack").exists()}
+            if account_path(workdir, site).exists()}
 
 
 def write_privacy(path: Path, rows: list[dict]) -> None:

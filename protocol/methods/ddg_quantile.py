@@ -210,8 +210,7 @@ class DDGQuantile(Method):
         """Counted when the site accepts the session (advertise), before it makes any key."""
         if phase != "advertise" or not isinstance(body, dict) or not isinstance(body.get("method"), dict):
             return None
-        check_public(body["method"])
-        return ddg_spend(body["method"])
+        return check_public(body["method"])
 
     @classmethod
     def site_for(cls, scores, rng, site_id, session):
@@ -250,8 +249,9 @@ def ddg_spend(public) -> Spend:
                  f"central by distributed discrete Gaussian over {central['inputs']} inputs")
 
 
-def check_public(public) -> None:
-    """A site's own check of the parameters it is asked to use, before it makes any key."""
+def check_public(public) -> Spend:
+    """A site's own check of the parameters it is asked to use, before it makes any key; returns
+    the central guarantee they back (ddg_spend)."""
     if set(public) != {"c", "sigma2", "bins", "histogram", "central"}:
         raise RequestError(f"expected c, sigma2, bins, histogram and central; got {sorted(public)}")
     c, sigma2, bins = public["c"], public["sigma2"], public["bins"]
@@ -264,7 +264,7 @@ def check_public(public) -> None:
     count = bins_from_request(bins, min_count=2, max_count=MAX_BINS).count
     if public["histogram"] == "hierarchical" and count & (count - 1):
         raise RequestError("a hierarchical histogram needs a power-of-two bin count")
-    ddg_spend(public)  # the central guarantee claimed must follow from these parameters
+    return ddg_spend(public)  # the central guarantee claimed must follow from these parameters
 
 
 def noisy_histogram(scores, public, params: SecAggParams) -> np.ndarray:
