@@ -87,7 +87,8 @@ def privacy_summary(rows: list[dict], budget: Budget) -> dict:
             "epsilon_composed_max": max(finite, default=None) if len(finite) == len(totals) else "inf",
             "epsilon_basic_max": max((r["epsilon_basic"] for r in totals), default=None),
             "refused": sum(r["refused"] for r in totals), "reused": sum(r["reused"] for r in totals),
-            "kanon_tables_max": max((r["kanon_tables"] for r in totals), default=0)}
+            "kanon_tables_max": max((r["kanon_tables"] for r in totals), default=0),
+            "non_private_max": max((r["non_private"] for r in totals), default=0)}
 
 
 def _cell(value):
@@ -103,6 +104,8 @@ def privacy_line(section: dict) -> str:
     per = "per trial" if b["scope"] == "trial" else "over the run"
     text = (f"privacy: each site spent at most epsilon {_fmt(section['epsilon_composed_max'])} "
             f"({b['composition']} at delta {b['delta']:g}, {per}; {limit})")
+    if section["non_private_max"]:
+        text += f", and up to {section['non_private_max']} answers with no formal privacy (raw values)"
     if section["kanon_tables_max"]:
         text += f", {section['kanon_tables_max']} K-anonymous table(s)"
     if section["refused"] or section["reused"]:
