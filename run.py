@@ -266,10 +266,13 @@ def validate(scenario, overrides):
 @click.option("--plain", is_flag=True, help="No CurveZMQ (debugging only).")
 @click.option("--idle-timeout", type=float, default=3600.0, show_default=True,
               help="Exit after this many seconds without a message.")
-def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout):
-    """Run site processes by hand (one per site), e.g. on a host other than the coordinator's."""
-    from runner.processes import SiteProcesses
-    from runner.world import site_ids as all_site_ids
+@click.option("--sites-per-process", type=click.IntRange(min=1), default=None,
+              help="Split the sites over processes of this many (default: one process for all).")
+def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout, sites_per_process):
+    """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
+    serving all the sites named (--sites-per-process splits them over several)."""
+    from runner.processes import SiteHosts
+    from world.trial import site_ids as all_site_ids
     from scenarios.scenario import load_scenario
     from transport.faults import resolve_rules
 
@@ -282,11 +285,13 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
     workdir = Path(workdir)
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"]) if spec else []
-    processes = SiteProcesses(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
-                              fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
-                              watch_parent=False, idle_timeout=idle_timeout)
+    processes = SiteHosts(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
+                          fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
+                          watch_parent=False, idle_timeout=idle_timeout,
+                          sites_per_process=sites_per_process or len(ids))
     processes.start()
-    click.echo(f"started {len(ids)} site process(es) -> {connect}; logs in {workdir / 'logs'}")
+    click.echo(f"started {len(ids)} site(s) in {len(processes.processes)} process(es) -> {connect}; "
+               f"logs in {workdir / 'logs'}")
     for process in processes.processes.values():
         process.join()
     codes = processes.exit_codes()
@@ -300,7 +305,7 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
 @click.option("--sites", type=click.IntRange(min=1), help="Or: for this many sites (site-000 ...).")
 def keys(directory, scenario, sites):
     """Create CurveZMQ key pairs: coordinator.key(_secret) and SITE.key(_secret) for each site."""
-    from runner.world import site_ids
+    from world.trial import site_ids
     from scenarios.scenario import load_scenario
     from transport.security import generate_keys
 
@@ -314,7 +319,7 @@ def keys(directory, scenario, sites):
 
 
 def _parse_site_range(text, spec) -> list[str]:
-    from runner.world import site_ids
+    from world.trial import site_ids
 
     if not text:
         return []

@@ -4,7 +4,8 @@ Generic: it runs whatever phases a method's coordinator half asks for, sends eac
 request, accepts answers through the phase table (protocol.phases) until every site answered
 or the phase deadline passed, decodes bodies with the method's codec, and hands the answers
 back. Sites that miss a deadline, refuse, or send an undecodable body are dropouts for that
-session. Every refusal and dropout is written to the event log with its reason, and every message
+session; so is a site whose connection closes (the channel's socket monitor says so at once,
+e.g. its process was killed), without waiting for the deadline. Every refusal and dropout is written to the event log with its reason, and every message
 sent or received, with its wire size, to the communication ledger (transport.ledger). Scripted
 faults on the coordinator's side (messages to sites dropped, delayed, duplicated, held back or
 corrupted; the coordinator killed when a phase begins) are applied here, by transport.faults.
@@ -52,6 +53,8 @@ class Coordinator:
         self.guard = SequenceGuard()
         self.seed = 0
         self._answer_rows: dict[str, dict] = {}  # the ledger row of each site's accepted answer
+        self.disconnected: dict[str, str] = {}  # site -> why its connection was lost (until it speaks again)
+        self._newly_lost: list[str] = []
 
     # -- run level ---------------------------------------------------------------------------
 
@@ -82,7 +85,9 @@ class Coordinator:
         self.ledger.context = {"trial": trial, "session": session, "method": "", "codec": "", "phase": "join"}
         self._maybe_die(trial, "join", None)
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
+        began = time.monotonic()
         answers, dropped = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
+        seconds = time.monotonic() - began
         self.ledger.flush()
         sizes = {}
         self.devices = {site: payload["device"] for site, payload in answers.items()}
@@ -93,7 +98,7 @@ class Coordinator:
             else:
                 sizes[site] = payload["n"]
         self.events.write("trial_open", trial=trial, session=session, sizes=sizes, dropped=dropped,
-                          devices=sorted(set(self.devices.values())))
+                          devices=sorted(set(self.devices.values())), seconds=round(seconds, 6))
         return sizes, dropped
 
     def shutdown(self) -> None:
@@ -167,9 +172,10 @@ class Coordinator:
     # -- one phase ---------------------------------------------------------------------------
 
     def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-               trial=None, method=None, until=None, log_missing=True):
-        """Send each site its message and collect the answers until all came, the deadline
-        passed, or `until()` holds (a shuffled phase waits for the shuffler's batch)."""
+               trial=None, method=None, until=None, log_missing=True, on_lost=None):
+        """Send each site its message and collect the answers until all came (or were lost),
+        the deadline passed, or `until()` holds (a shuffled phase waits for the shuffler's
+        batch). `on_lost({site: reason})`: called as connections of awaited sites close."""
         dropped: dict[str, str] = {}
         reachable = []
         self._answer_rows = {}
@@ -185,6 +191,10 @@ class Coordinator:
         deadline = time.monotonic() + timeout
         while (not collector.complete if until is None else not until()) and time.monotonic() < deadline:
             envelope, row = self._receive(deadline)
+            lost = {site: f"connection lost: {self.disconnected[site]}" for site in self._take_lost()
+                    if collector.lose(site, f"connection lost: {self.disconnected[site]}")}
+            if lost and on_lost is not None:
+                on_lost(lost)
             if envelope is None:
                 continue
             if envelope.type == "batch":
@@ -203,6 +213,7 @@ class Coordinator:
                 self._answer_rows[envelope.sender] = row
         for site, reason in collector.refusals.items():
             dropped[site] = f"refused: {reason}"
+        dropped.update(collector.lost)
         if not log_missing:
             return collector.answers, dropped
         for site in collector.missing():
@@ -245,8 +256,13 @@ class Coordinator:
             for site, reason in dropped.items():
                 self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
             return {}, dropped
+        def tell_shuffler(lost: dict[str, str]) -> None:  # its batch need not wait for them
+            self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": lost}), "batch_lost",
+                             peer=SHUFFLER_ID, trial=trial, phase=phase, method=method)
+
         answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial, method=method,
-                                       until=lambda: self._batch is not None, log_missing=False)
+                                       until=lambda: self._batch is not None, log_missing=False,
+                                       on_lost=tell_shuffler)
         batch, self._batch = self._batch, None
         for site in answers:  # a site that sent its answer past the shuffler
             dropped[site] = "answered the coordinator directly in a shuffled phase"
@@ -290,8 +306,15 @@ class Coordinator:
         self.outbox.flush()
         incoming = self.channel.receive(timeout_s=self.outbox.timeout(max(0.0, deadline - time.monotonic())))
         self.outbox.flush()
+        for lost in self.channel.lost:
+            self.disconnected[lost.peer] = lost.reason
+            self._newly_lost.append(lost.peer)
+            self.events.write("connection_lost", site=lost.peer, reason=lost.reason,
+                              trial=self.ledger.context.get("trial"), phase=self.ledger.context.get("phase"))
+        self.channel.lost.clear()
         if incoming is None:
             return None, None
+        self.disconnected.pop(incoming.peer, None)
         reason = incoming.reason or self._check(incoming)
         mtype = incoming.envelope.type if incoming.envelope is not None else "malformed"
         row = self.ledger.record(site=incoming.peer, direction="up", mtype=mtype, nbytes=incoming.nbytes,
@@ -313,6 +336,11 @@ class Coordinator:
             self.events.write("hello", site=envelope.sender, pid=envelope.payload["pid"])
             return None, row
         return envelope, row
+
+    def _take_lost(self) -> list[str]:
+        """Sites whose connection closed since the last call (and that have not spoken since)."""
+        lost, self._newly_lost = [s for s in self._newly_lost if s in self.disconnected], []
+        return lost
 
     def _record_handshake(self, site: str) -> None:
         """Connection setup (greeting and handshake), once per site (see transport.ledger)."""

@@ -41,7 +41,9 @@ class PhaseCollector:
     """Accepts the answers of one phase of one session and says why it refuses anything else.
 
     `offer` returns None for an accepted message, else the reason to log. Accepted answers land
-    in `answers` (site -> payload) and accepted errors in `refusals` (site -> reason).
+    in `answers` (site -> payload) and accepted errors in `refusals` (site -> reason); `lose`
+    records a site whose connection was lost (the driver learnt it from the transport), which
+    the phase stops waiting for.
     """
 
     session: int
@@ -49,6 +51,7 @@ class PhaseCollector:
     expected: frozenset[str]
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     refusals: dict[str, str] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)
 
     def offer(self, envelope: Envelope) -> str | None:
         spec = phase_spec(self.phase)
@@ -60,6 +63,8 @@ class PhaseCollector:
             return f"{envelope.sender} is not a member of phase {self.phase!r} of session {self.session}"
         if envelope.sender in self.answers or envelope.sender in self.refusals:
             return f"second answer from {envelope.sender} in phase {self.phase!r}"
+        if envelope.sender in self.lost:
+            return f"{envelope.sender} was counted as dropped when its connection was lost"
         if envelope.payload.get("phase", self.phase) != self.phase:
             return (f"{envelope.type} for phase {envelope.payload['phase']!r} "
                     f"while phase {self.phase!r} is open")
@@ -69,12 +74,19 @@ class PhaseCollector:
             self.answers[envelope.sender] = envelope.payload
         return None
 
+    def lose(self, site: str, reason: str) -> bool:
+        """True when `site` was still awaited (it is now dropped with `reason`)."""
+        if site not in self.expected or site in self.answers or site in self.refusals or site in self.lost:
+            return False
+        self.lost[site] = reason
+        return True
+
     @property
     def complete(self) -> bool:
-        return len(self.answers) + len(self.refusals) >= len(self.expected)
+        return len(self.answers) + len(self.refusals) + len(self.lost) >= len(self.expected)
 
     def missing(self) -> list[str]:
-        return sorted(self.expected - set(self.answers) - set(self.refusals))
+        return sorted(self.expected - set(self.answers) - set(self.refusals) - set(self.lost))
 
 
 class SequenceGuard:

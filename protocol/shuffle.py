@@ -48,6 +48,13 @@ class ShuffleBatch:
     received: dict[str, bytes] = field(default_factory=dict)
     sizes: dict[str, int] = field(default_factory=dict)  # wire bytes of each accepted message
     refused: dict[str, str] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)  # expected senders whose connection was lost
+
+    def lose(self, sender: str, reason: str) -> None:
+        """`sender`'s connection closed before its message came: stop waiting for it."""
+        if sender in self.expected and sender not in self.received:
+            self.lost.add(sender)
+            self.refused.setdefault(sender, reason)
 
     def offer(self, sender: str, phase: str, ciphertext: bytes, nbytes: int = 0) -> str | None:
         """None if accepted, else why not (for the shuffler's log)."""
@@ -70,7 +77,7 @@ class ShuffleBatch:
 
     @property
     def complete(self) -> bool:
-        return set(self.received) >= self.expected
+        return set(self.received) | self.lost >= self.expected
 
     @property
     def withheld(self) -> str:

@@ -46,13 +46,14 @@ PAYLOADS: dict[str, dict[str, tuple[type, ...]]] = {
     "sealed": {"phase": (str,), "ciphertext": (bytes,)},
     "batch_open": {"phase": (str,), "expected": (list,), "deadline": (int, float), "minimum": (int,)},
     "batch_ready": {"phase": (str,)},  # the shuffler holds the batch open: now the sites may be asked
+    "batch_lost": {"phase": (str,), "sites": (dict,)},  # {site: reason}: connections the coordinator saw close
     "batch": {"phase": (str,), "ciphertexts": (list,), "senders": (list,), "refused": (dict,), "received": (dict,),
               "withheld": (str,)},
 }
 SITE_TO_COORDINATOR = frozenset({"hello", "join", "response", "error"})
 COORDINATOR_TO_SITE = frozenset({"open", "request", "close", "shutdown"})
 SITE_TO_SHUFFLER = frozenset({"sealed"})
-COORDINATOR_TO_SHUFFLER = frozenset({"batch_open", "shutdown"})
+COORDINATOR_TO_SHUFFLER = frozenset({"batch_open", "batch_lost", "shutdown"})
 SHUFFLER_TO_COORDINATOR = frozenset({"hello", "batch_ready", "batch"})
 SHUFFLER_ID = "shuffler"
 

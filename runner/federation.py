@@ -16,12 +16,14 @@ from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
 from protocol.randomness import method_session, site_rng
 from protocol.wire import SHUFFLER_ID
-from runner.processes import ShufflerProcess, SiteProcesses
+from runner.processes import ShufflerProcess, SiteHosts, placement
 from sites.local import SiteLocal
+from sites.trials import TrialCache
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
 from transport.security import load_server_keys
+from sites.host import descriptors_needed, raise_open_files
 
 
 class ProcessFederation:
@@ -33,13 +35,20 @@ class ProcessFederation:
                  seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False,
                  budget: dict | None = None) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
+        self.placement = placement(len(site_ids), runtime["placement"]["sites_per_process"])
+        # Before anything starts: can this machine hold the connections? (else: what to change)
+        raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the coordinator")
+        if local_sites:
+            raise_open_files(descriptors_needed(self.placement.sites_per_process * (2 if shuffler else 1)),
+                             f"a site host of {self.placement.sites_per_process} sites", check_only=True)
         keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
         self.channel = CoordinatorChannel(runtime["bind"], keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
         self.shuffler = (ShufflerProcess(runtime["shuffler_bind"], self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
-        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget)
+        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget,
+                               sites_per_process=self.placement.sites_per_process)
         self._site_dirs = (workdir, log_dir) if local_sites else None
         self.processes = None
         self.present: list[str] = []
@@ -52,9 +61,12 @@ class ProcessFederation:
             endpoint = self.shuffler.start()
             self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
         if self._site_dirs is not None:
-            self.processes = SiteProcesses(self.site_ids, self.channel.endpoint, *self._site_dirs,
-                                           shuffler=endpoint, **self._site_args)
+            self.processes = SiteHosts(self.site_ids, self.channel.endpoint, *self._site_dirs,
+                                       shuffler=endpoint, **self._site_args)
             self.processes.start()
+            self.events.write("placement", sites=len(self.site_ids), processes=len(self.processes.processes),
+                              sites_per_process=self.placement.sites_per_process, why=self.placement.why,
+                              pids=self.processes.pids())
         self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffler is not None)
         return self.present
 
@@ -83,7 +95,8 @@ class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
     def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None) -> None:
-        self.sites = {site: SiteLocal(site, workdir, budget=budget) for site in site_ids}
+        trials = TrialCache(workdir, site_ids)  # the model loaded once per trial for all sites
+        self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials) for site in site_ids}
         self.events = events
         self.ledger = Ledger()
         self.seed = 0

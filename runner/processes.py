@@ -1,47 +1,105 @@
-"""Starting and stopping site processes on this machine: one OS process per site, and the
-shuffler's process when a run has shuffled methods.
+"""Starting and stopping site processes on this machine, and the shuffler's process when a run
+has shuffled methods.
 
-Processes are forked from a multiprocessing fork server that has already imported the heavy
-libraries, so fifty sites start in well under a second and share those pages. Each process
-renames itself `quorum-site SITE_ID` (visible in ps/top), writes its log to LOGDIR/SITE_ID.log
-and exits on its own if this launcher process disappears.
+Sites run in site hosts (sites.host): one OS process serving one site while that is cheap,
+many sites per process beyond (`runtime.placement.sites_per_process`, see `placement`). Each
+process is forked from a multiprocessing fork server that has already imported the heavy
+libraries, so processes start in well under a second and share those pages. A process renames
+itself `quorum-site SITE_ID` (one site) or `quorum-host N FIRST..LAST` (a host), writes its log
+to LOGDIR/SITE_ID.log or LOGDIR/host-N.log, and exits on its own if the launcher disappears.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import math
 import multiprocessing
 import os
+import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.wire import SHUFFLER_ID
 
 PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "quantile_forest",
-           "sites.driver", "shuffler.driver"]
+           "sites.host", "shuffler.driver"]
+
+PROCESS_MEMORY = 64 * 2**20  # what one site process costs with a small model loaded (measured ~34 MB), with room
+PER_SITE_LIMIT = 64  # at most this many one-site processes, however large the machine
+SITES_PER_HOST = 1000  # beyond this a host's start-up and trial opening stop gaining from fewer processes
 
 
-def site_main(site_id: str, endpoint: str, workdir: str, log_path: str, watch_parent: bool,
+@dataclass(frozen=True)
+class Placement:
+    sites_per_process: int
+    processes: int
+    why: str
+
+
+def placement(count: int, spec, cores: int | None = None, available: int | None = None) -> Placement:
+    """How many sites each process serves: `spec` is runtime.placement.sites_per_process, a
+    number or 'auto'. auto: one process per site while they fit cheaply (at most PER_SITE_LIMIT,
+    and a quarter of the available memory at PROCESS_MEMORY each), else hosts: twice as many as
+    cores (so the machine stays busy while a host waits), more when that would exceed
+    SITES_PER_HOST sites each."""
+    if spec != "auto":
+        k = max(1, min(int(spec), count))
+        return Placement(k, math.ceil(count / k), f"sites_per_process: {spec} (scenario)")
+    cores = cores or os.cpu_count() or 1
+    if available is None:
+        from sites.storage import available_memory
+
+        available = available_memory() or 2**34
+    cheap = int(min(PER_SITE_LIMIT, available // 4 // PROCESS_MEMORY))
+    if count <= cheap:
+        return Placement(1, count, f"auto: one process per site (up to {cheap} on this machine)")
+    hosts = min(count, max(2 * cores, math.ceil(count / SITES_PER_HOST)))
+    k = math.ceil(count / hosts)
+    return Placement(k, math.ceil(count / k), f"auto: {count} sites > {cheap} one-site processes on this "
+                                              f"machine; {2 * cores} hosts for {cores} cores, "
+                                              f"at most {SITES_PER_HOST} sites each")
+
+
+def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,
               key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
               idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None) -> None:
     import setproctitle
 
-    setproctitle.setproctitle(f"quorum-site {site_id}")
+    title = (f"quorum-site {site_ids[0]}" if len(site_ids) == 1
+             else f"quorum-host {name} {site_ids[0]}..{site_ids[-1]}")
+    setproctitle.setproctitle(title)
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     _log_to(log_path)
-    from sites.driver import serve
+    from sites.agent import SiteAgent
+    from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
+    from sites.trials import TrialCache
     from transport.faults import FaultInjector
     from transport.security import load_client_keys
 
-    keys = load_client_keys(key_dir, site_id) if key_dir else None
-    shuffler_keys = load_client_keys(key_dir, site_id, server=SHUFFLER_ID) if key_dir and shuffler else None
-    faults = FaultInjector(fault_rules, site_id, seed) if fault_rules else None
+    raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
+    if budget is None and scenario is not None:
+        budget = scenario["sites"]["budget"]
+    context = host_context(len(site_ids), shuffler is not None)
+    trials = TrialCache(workdir, site_ids, scenario=scenario)
+    agents: list = []
+    on_crash = crash_policy(agents)
+    for site_id in site_ids:
+        agents.append(SiteAgent(
+            site_id, endpoint, workdir, trials, context=context,
+            keys=load_client_keys(key_dir, site_id) if key_dir else None,
+            faults=FaultInjector(fault_rules, site_id, seed) if fault_rules else None,
+            shuffler=shuffler, budget=budget, on_crash=on_crash,
+            shuffler_keys=load_client_keys(key_dir, site_id, server=SHUFFLER_ID) if key_dir and shuffler else None))
+    if len(site_ids) > 1:
+        logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
     # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
     # an unreaped zombie (a pid check would still find it "alive").
     parent = multiprocessing.parent_process() if watch_parent else None
-    sys.exit(serve(site_id, endpoint, workdir, parent_alive=parent.is_alive if parent else None, keys=keys,
-                   faults=faults, scenario=scenario, idle_timeout=idle_timeout, shuffler=shuffler,
-                   shuffler_keys=shuffler_keys, budget=budget))
+    code = serve(agents, parent_alive=parent.is_alive if parent else None, idle_timeout=idle_timeout)
+    context.term()
+    sys.exit(code)
 
 
 def _log_to(log_path: str) -> None:
@@ -50,6 +108,8 @@ def _log_to(log_path: str) -> None:
     os.dup2(log_file.fileno(), sys.stderr.fileno())
     logging.basicConfig(level=logging.INFO, stream=log_file,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A process the launcher has to terminate (it did not exit on shutdown) leaves its stack here.
+    faulthandler.register(signal.SIGTERM, file=log_file, all_threads=True, chain=True)
 
 
 def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: str | None,
@@ -59,7 +119,10 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
     setproctitle.setproctitle("quorum-shuffler")
     _log_to(log_path)
     from shuffler.driver import serve
+    from sites.host import descriptors_needed, raise_open_files
     from transport.security import load_client_keys, load_server_keys
+
+    raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the shuffler")
 
     server_keys = load_server_keys(key_dir, site_ids, server=SHUFFLER_ID) if key_dir else None
     client_keys = load_client_keys(key_dir, SHUFFLER_ID) if key_dir else None
@@ -96,36 +159,45 @@ class ShufflerProcess:
             self.process.join(timeout=2.0)
 
 
-class SiteProcesses:
-    """One process per site. key_dir enables CURVE; fault_rules are the scenario's resolved
-    rules (each site applies those that concern it); scenario lets sites build their own
-    data (sites started away from the harness); budget: each site's privacy budget (the
-    scenario's sites.budget); watch_parent: exit when the launcher dies."""
+class SiteHosts:
+    """The processes serving `site_ids`, `sites_per_process` sites each. key_dir enables CURVE;
+    fault_rules are the scenario's resolved rules (each site applies those that concern it);
+    scenario lets hosts build their own data (hosts started away from the harness); budget:
+    each site's privacy budget (the scenario's sites.budget); watch_parent: exit when the
+    launcher dies."""
 
     def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
-                 key_dir: Path | None = None, fault_rules=(), seed: int = 0, scenario: dict | None = None,
-                 watch_parent: bool = True, idle_timeout: float | None = None,
+                 sites_per_process: int = 1, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
+                 scenario: dict | None = None, watch_parent: bool = True, idle_timeout: float | None = None,
                  shuffler: str | None = None, budget: dict | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        self.processes = {
-            site: context.Process(
-                target=site_main, name=site, daemon=watch_parent,
-                args=(site, endpoint, str(workdir), str(log_dir / f"{site}.log"), watch_parent,
+        k = max(1, sites_per_process)
+        groups = [site_ids[i:i + k] for i in range(0, len(site_ids), k)]
+        self.sites: dict[str, list[str]] = {}  # process name -> its sites
+        self.processes: dict[str, multiprocessing.Process] = {}
+        for number, group in enumerate(groups):
+            name = group[0] if len(group) == 1 else f"host-{number:0{max(3, len(str(len(groups) - 1)))}d}"
+            self.sites[name] = group
+            self.processes[name] = context.Process(
+                target=host_main, name=name, daemon=watch_parent,
+                args=(name, group, endpoint, str(workdir), str(log_dir / f"{name}.log"), watch_parent,
                       str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout,
                       shuffler, budget))
-            for site in site_ids
-        }
 
     def start(self) -> None:
         for process in self.processes.values():
             process.start()
 
     def pids(self) -> dict[str, int]:
-        return {site: p.pid for site, p in self.processes.items() if p.pid is not None}
+        """Process name -> pid."""
+        return {name: p.pid for name, p in self.processes.items() if p.pid is not None}
+
+    def host_of(self, site_id: str) -> str:
+        return next(name for name, group in self.sites.items() if site_id in group)
 
     def exit_codes(self) -> dict[str, int | None]:
-        return {site: p.exitcode for site, p in self.processes.items()}
+        return {name: p.exitcode for name, p in self.processes.items()}
 
     def stop(self, timeout: float = 5.0) -> None:
         """Wait for processes that were told to shut down; terminate the rest."""

@@ -31,7 +31,7 @@ from protocol.accounting import Budget
 from protocol.codecs import CODECS
 from protocol.wire import SHUFFLER_ID
 from transport.security import generate_keys
-from runner.world import TrialWorld, build_trial, site_ids
+from world.trial import TrialWorld, build_trial, site_ids
 from scenarios.scenario import method_params
 from sites.storage import remove_trial, write_trial
 

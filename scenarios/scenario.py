@@ -8,7 +8,8 @@ Top-level fields (see README, "Scenario format"):
               privacy budget, protocol.accounting.BUDGET_FIELDS)
     model     kind, device, params (models.MODELS[kind].PARAMS)
     methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
-    runtime   bind address, per-phase deadlines, transport security (curve or plain) and key directory
+    runtime   bind address, per-phase deadlines, transport security (curve or plain), key directory
+              and placement (sites per OS process)
     faults    scripted faults (transport.faults)
 """
 
@@ -51,6 +52,9 @@ SCENARIO_FIELDS = {
         "shuffler_bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
         "security": {"type": "str", "choices": ["curve", "plain"], "default": "curve"},
         "keys": {"type": "str", "default": ""},  # a key directory; empty: new keys for each run
+        "placement": {"type": "map", "fields": {  # how many sites each OS process serves (runner.processes)
+            "sites_per_process": {"type": "int_or", "choices": ["auto"], "min": 1, "default": "auto"},
+        }},
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
             "join": {"type": "float", "gt": 0, "default": 120.0},
@@ -148,7 +152,7 @@ def _cross_checks(s: dict) -> None:
     if needed > capacity:
         raise ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
                             f"{split['calibration']:g} x {rows} rows of data)", f"{needed} needed")
-    from runner.world import site_ids
+    from world.trial import site_ids
 
     ids = site_ids(sites["count"])
     for index, fault in enumerate(s["faults"]):

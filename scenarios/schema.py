@@ -8,6 +8,7 @@ parameters without importing this module:
     {"type": "str", "choices": [...]}              {"type": "bool"}
     {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1, "max_len": 2}
     {"type": "float_or", "choices": [...]}         a number, or one of the named strings
+    {"type": "int_or", "choices": [...], "min": 1} an integer, or one of the named strings
     {"type": "sizes"}   "equal", a list of positive integers (one per site), or a distribution
                         {distribution: lognormal, median, sigma | uniform, low, high; min, max, seed}
     {"type": "any"}     left to a later check
@@ -83,6 +84,14 @@ def _float_or(spec, value, path):
     return _float({**spec, "type": "float"}, value, path)
 
 
+def _int_or(spec, value, path):
+    if isinstance(value, str):
+        if value in spec["choices"]:
+            return value
+        raise ScenarioError(path, _describe(spec), value)
+    return _int({**spec, "type": "int"}, value, path)
+
+
 def _bool(spec, value, path):
     if not isinstance(value, bool):
         raise ScenarioError(path, "true or false", value)
@@ -155,7 +164,7 @@ def _any(spec, value, path):
     return value
 
 
-_CHECKS = {"int": _int, "float": _float, "float_or": _float_or, "str": _str, "bool": _bool, "map": _map,
+_CHECKS = {"int": _int, "int_or": _int_or, "float": _float, "float_or": _float_or, "str": _str, "bool": _bool, "map": _map,
            "list": _list, "sizes": _sizes, "any": _any}
 
 
@@ -171,8 +180,10 @@ def _describe(spec) -> str:
     kind = spec["type"]
     if kind == "str" and spec.get("choices") is not None:
         return "one of " + ", ".join(repr(c) for c in spec["choices"])
-    if kind == "float_or":
-        return "a number or " + " or ".join(repr(c) for c in spec["choices"])
+    if kind in ("float_or", "int_or"):
+        number = "an integer" if kind == "int_or" else "a number"
+        limits = [f"{op} {spec[key]}" for key, op in (("min", ">="), ("max", "<=")) if key in spec]
+        return " ".join([number, *limits]) + " or " + " or ".join(repr(c) for c in spec["choices"])
     words = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
              "map": "a mapping", "list": "a list", "sizes": "'equal' or a list of sizes", "any": "a value"}
     text = words[kind]

@@ -4,7 +4,8 @@ A ROUTER where sites connect (one DEALER each, their routing id their site id; C
 allow-list of site keys when the run has keys) and a DEALER to the coordinator, routing id
 `shuffler`. The coordinator opens a batch (`batch_open`: phase, expected sites, deadline in
 seconds, minimum number of messages) and the shuffler answers `batch_ready` once it holds the
-batch; only then does the coordinator ask the sites, so a sealed message can never arrive before
+batch (`batch_lost` later names expected sites whose connection the coordinator saw close: the
+batch stops waiting for them); only then does the coordinator ask the sites, so a sealed message can never arrive before
 its batch. Sites send `sealed` messages; the batch (protocol.shuffle.ShuffleBatch) is forwarded
 as one `batch` message when complete or at its deadline (without its ciphertexts when fewer than
 the minimum arrived), and closed: a sealed message for a forwarded batch is refused as late. Every refusal is logged with its reason; the log names
@@ -66,6 +67,13 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                 elif envelope.type == "shutdown":
                     log.info("shutdown received")
                     return 0
+                elif envelope.type == "batch_lost":
+                    opened = open_batches.get((envelope.session, envelope.payload["phase"]))
+                    for site, why in envelope.payload["sites"].items():
+                        if opened is not None and isinstance(site, str):
+                            opened[0].lose(site, f"connection lost: {why}")
+                    log.info("session %d, phase %s: %d sites' connections lost (the coordinator says)",
+                             envelope.session, envelope.payload["phase"], len(envelope.payload["sites"]))
                 else:
                     p = envelope.payload
                     key = (envelope.session, p["phase"])
@@ -77,6 +85,7 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                              envelope.session, p["phase"], len(expected), int(p["minimum"]), float(p["deadline"]))
             if sites.socket in ready:
                 incoming = sites.receive(0)
+                sites.lost.clear()  # the coordinator tells which sites it lost (batch_lost)
                 _offer(incoming, open_batches, forwarded, site_guard)
             now = time.monotonic()
             for key, (batch, deadline) in list(open_batches.items()):

@@ -1,13 +1,9 @@
 """A site's local work, shared by the site process and the in-process backend.
 
-Opening a trial loads the site's shard and the model, and scores the shard locally; a request
-then goes to the method's site half, built once per session, whose value the codec encodes.
-
-A site started on another host (`run.py site --scenario S`) has no harness writing its shard:
-given the scenario, it rebuilds the trial's world itself (the world is a deterministic function
-of the scenario and the trial) and keeps only its own shard and the model. In a deployment the
-site's data would simply be there; this is how the simulation puts it there without shipping
-anything over the wire.
+Opening a trial scores the site's own calibration rows with the trial's model, both taken
+from its process's TrialCache (sites.trials: loaded once per process and trial, however many
+sites the process serves); a request then goes to the method's site half, built once per
+session, whose value the codec encodes.
 
 Every request passes the site's own privacy account (protocol.accounting) before the method's
 half may answer: the method says what the answer would release (`Method.spend`, from the
@@ -18,44 +14,30 @@ what was released. The account lives on the site's storage, so a restarted site 
 
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 
 from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
 from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
-from sites.storage import model_slot, read_account, read_model, read_shard, shard_path, write_account, write_trial
+from sites.storage import read_account, write_account
+from sites.trials import TrialCache
 
 
 class SiteLocal:
-    def __init__(self, site_id: str, workdir, scenario: dict | None = None, budget: dict | None = None) -> None:
-        self.site_id, self.workdir, self.scenario = site_id, workdir, scenario
+    def __init__(self, site_id: str, workdir, budget: dict | None = None, trials: TrialCache | None = None) -> None:
+        self.site_id, self.workdir, self.trials = site_id, workdir, trials
         self.trial: int | None = None
         self.seed = 0
         self.scores = np.empty(0)
         self.fingerprint = ""
         self.device = "cpu"
         self._halves: dict[int, object] = {}
-        if budget is None and scenario is not None:
-            budget = scenario["sites"]["budget"]
         self.account = SiteAccount(Budget.from_spec(budget), read_account(workdir, site_id))
 
     def open_trial(self, trial: int, seed: int) -> int:
-        """Load and score this site's calibration data for `trial`; return n_j."""
-        if self.scenario is not None and not shard_path(self.workdir, trial, self.site_id).exists():
-            from runner.world import build_trial
-
-            world = build_trial(self.scenario, trial)
-            write_trial(self.workdir, trial, world.model, {self.site_id: world.shards[self.site_id]})
-        X, y = read_shard(self.workdir, trial, self.site_id)
-        with model_slot(self.workdir, trial):  # the host's memory is shared with the other sites
-            model = read_model(self.workdir, trial)
-            scores = np.asarray(model.scores(X, y), dtype=float)
-            self.device = model.device  # resolved in this process: CUDA where this site has it
-            del model
-            gc.collect()
+        """Score this site's calibration data for `trial`; return n_j."""
+        scores, self.device = self.trials.scores(trial, self.site_id)
         return self.hold(trial, seed, scores)
 
     def hold(self, trial: int, seed: int, scores: np.ndarray) -> int:

@@ -1,10 +1,13 @@
-"""What each site holds for a trial, on its own disk: its calibration shard and the trial's model.
+"""What the sites hold for a trial, on their host's disk: their calibration rows and the trial's model.
 
 The layout is defined here only; the harness writes with these functions and sites read with
-them. A site reads nothing but its own shard and the shared model.
+them. All sites' rows of a trial are in one pair of arrays, so that a host serving a thousand
+sites maps two files instead of opening a thousand; `read_rows` maps them read-only and a site
+takes nothing but its own slice (and the shared model).
 
     WORKDIR/trial-0003/model.pkl
-    WORKDIR/trial-0003/site-007.npz     (X, y of site-007's calibration data)
+    WORKDIR/trial-0003/X.npy, y.npy     (every site's calibration rows, site after site)
+    WORKDIR/trial-0003/rows.json        ({site id: [first row, end row]} into X and y)
     WORKDIR/locks/load-N                (model_slot's lock files)
     WORKDIR/privacy/site-007.msgpack    (site-007's privacy account: every release it made, so
                                          that a restarted site keeps counting against its budget)
@@ -13,6 +16,7 @@ them. A site reads nothing but its own shard and the shared model.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pickle
 import shutil
@@ -29,8 +33,8 @@ def trial_dir(workdir: str | Path, trial: int) -> Path:
     return Path(workdir) / f"trial-{trial:04d}"
 
 
-def shard_path(workdir, trial: int, site_id: str) -> Path:
-    return trial_dir(workdir, trial) / f"{site_id}.npz"
+def rows_path(workdir, trial: int) -> Path:
+    return trial_dir(workdir, trial) / "rows.json"
 
 
 def model_path(workdir, trial: int) -> Path:
@@ -38,21 +42,28 @@ def model_path(workdir, trial: int) -> Path:
 
 
 def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Write atomically: several site processes on one host may write the same trial's model
-    at once (each builds the same world), so every writer uses a temporary file of its own."""
+    """Write the model and every site's rows; each file atomically (temporary file, then rename),
+    the row index last, so that a reader who finds rows.json finds the arrays it indexes."""
     directory = trial_dir(workdir, trial)
     directory.mkdir(parents=True, exist_ok=True)
     _atomic_write(model_path(workdir, trial), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
-    for site_id, (X, y) in shards.items():
-        target = shard_path(workdir, trial, site_id)
-        tmp = _private_temp(target, ".npz")
-        np.savez(tmp, X=X, y=y)
+    sites = list(shards)
+    bounds = np.cumsum([0] + [len(shards[s][1]) for s in sites]).tolist()
+    for name, part in (("X", 0), ("y", 1)):
+        arrays = [np.asarray(shards[s][part]) for s in sites]
+        target = directory / f"{name}.npy"
+        tmp = _private_temp(target, ".npy")
+        np.save(tmp, np.concatenate(arrays) if arrays else np.zeros(0), allow_pickle=False)
         os.replace(tmp, target)
+    index = {site: [bounds[i], bounds[i + 1]] for i, site in enumerate(sites)}
+    _atomic_write(rows_path(workdir, trial), json.dumps(index).encode())
 
 
-def read_shard(workdir, trial: int, site_id: str) -> tuple[np.ndarray, np.ndarray]:
-    with np.load(shard_path(workdir, trial, site_id)) as data:
-        return data["X"], data["y"]
+def read_rows(workdir, trial: int) -> tuple[np.ndarray, np.ndarray, dict[str, list[int]]]:
+    """The trial's X and y, memory-mapped read-only, and the row index {site: [start, end]}."""
+    directory = trial_dir(workdir, trial)
+    index = json.loads(rows_path(workdir, trial).read_bytes())
+    return np.load(directory / "X.npy", mmap_mode="r"), np.load(directory / "y.npy", mmap_mode="r"), index
 
 
 def read_model(workdir, trial: int):
@@ -69,7 +80,7 @@ def load_slots(model_bytes: int, available: int | None = None) -> int:
     """How many processes of this host may hold a model of `model_bytes` at once: as many as
     fit in half the memory available now (at least one)."""
     if available is None:
-        available = _available_memory()
+        available = available_memory()
     if available is None:
         return MAX_SLOTS
     return int(max(1, min(MAX_SLOTS, available // 2 // max(1, MODEL_MEMORY_FACTOR * model_bytes))))
@@ -102,7 +113,7 @@ def model_slot(workdir, trial: int):
         time.sleep(0.02)
 
 
-def _available_memory() -> int | None:
+def available_memory() -> int | None:
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from runner.processes import SiteProcesses
-from runner.world import build_trial
+from runner.processes import SiteHosts
+from world.trial import build_trial
 from scenarios.scenario import load_scenario
 from sites.storage import write_trial
 from transport.channel import CoordinatorChannel, SiteChannel
@@ -34,7 +34,7 @@ def one_live_site(workdir: Path):
     started site process: (scenario, world, channel, processes)."""
     scenario, world = trial_zero(workdir)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    processes = SiteProcesses(["site-000"], channel.endpoint, workdir, workdir)
+    processes = SiteHosts(["site-000"], channel.endpoint, workdir, workdir)
     processes.start()
     return scenario, world, channel, processes
 

@@ -302,7 +302,7 @@ def test_run_over_site_processes_meters_rounds_and_survives_a_crashed_site(tmp_p
     assert float(results["local_only"]["accuracy"]) > 0.3 and float(results["fedtype"]["accuracy"]) > 0.3
     assert results["fedtype"]["answered"] == "3"  # site-003 crashed in round 1 and is left out
     rounds = [r for r in run.read_rounds() if r["method"] == "fedtype"]
-    assert [r["answered"] for r in rounds] == ["4", "3", "3"] and "site-003: no answer" in rounds[1]["dropped"]
+    assert [r["answered"] for r in rounds] == ["4", "3", "3"] and "site-003: connection lost" in rounds[1]["dropped"]
     ledger = read_ledger(tmp_path / "ledger.csv")
     halves = {}  # the private models' sizes, from the setup the sites reported
     for row in ledger:

@@ -9,7 +9,7 @@ from protocol.conformal import order_statistic, quantile_of_quantiles
 from protocol.unbalanced import coverage_unbalanced
 from runner.heterogeneity import HeterogeneityReport, proposition_34, site_summary
 from runner.study import _fedcp_qq_orders
-from runner.world import build_trial
+from world.trial import build_trial
 from scenarios.scenario import validate_scenario
 from tests.oracles import binomial_tolerance
 

@@ -10,7 +10,7 @@ from coordinator.events import EventLog
 from protocol.codecs import CODECS
 from protocol.methods import METHODS
 from protocol.wire import Envelope, encode
-from runner.processes import SiteProcesses
+from runner.processes import SiteHosts
 from runner.report import communication
 from tests.support import CountingProxy, trial_zero
 from transport.channel import CoordinatorChannel
@@ -23,7 +23,7 @@ def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
     sites = sorted(world.shards)
-    procs = SiteProcesses(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path)
+    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path)
     ledger = Ledger(tmp_path / "ledger.csv")
     procs.start()
     try:

@@ -18,7 +18,7 @@ from protocol.mannwhitney import SiteStatistic, fisher_p_value, p_value, site_st
 from protocol.methods import METHODS, RequestError
 from runner.outputs import RunDirectory
 from runner.study import run_study
-from runner.world import build_trial
+from world.trial import build_trial
 from scenarios.scenario import load_scenario, validate_scenario
 from scenarios.schema import ScenarioError
 from transport.ledger import read_ledger

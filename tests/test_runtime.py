@@ -11,7 +11,7 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.planner import plan_quantile_of_quantiles, replan_server_order
-from runner.processes import SiteProcesses
+from runner.processes import SiteHosts
 from runner.study import run_study
 from scenarios.scenario import load_scenario
 from transport.channel import CoordinatorChannel
@@ -48,7 +48,7 @@ def test_processes_give_the_same_results_as_in_process(tmp_path):
 
 def test_site_processes_are_visible_by_name(tmp_path):
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    procs = SiteProcesses(["site-000", "site-001"], channel.endpoint, tmp_path, tmp_path)
+    procs = SiteHosts(["site-000", "site-001"], channel.endpoint, tmp_path, tmp_path)
     procs.start()
     try:
         coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30))

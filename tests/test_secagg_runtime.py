@@ -10,7 +10,7 @@ import yaml
 from protocol.ddg import bin_edges, flat_histogram, quantile_index
 from runner.outputs import RunDirectory
 from runner.study import run_study
-from runner.world import build_trial
+from world.trial import build_trial
 from scenarios.scenario import validate_scenario
 from tests.support import TINY
 

@@ -8,7 +8,7 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.wire import Envelope, encode
-from runner.processes import SiteProcesses
+from runner.processes import SiteHosts
 from tests.support import CountingProxy, trial_zero
 from transport.channel import CoordinatorChannel
 from transport.ledger import Ledger, handshake_bytes
@@ -79,7 +79,7 @@ def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
     key_dir, channel, coordinator = secure_coordinator(tmp_path, ledger=ledger)
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
-    procs = SiteProcesses(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir)
+    procs = SiteHosts(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir)
     procs.start()
     try:
         coordinator.deadlines = Deadlines(hello=30, join=30, respond=10)

@@ -4,6 +4,14 @@ A channel sends envelopes (numbering them) and receives frames, decoding them in
 `Incoming`: either an envelope or the reason it was refused. It knows nothing of phases.
 With keys it runs CurveZMQ (transport.security); a secure coordinator channel owns its own
 ZeroMQ context, whose ZAP handler admits allow-listed site keys only.
+
+The coordinator's channel also watches its connections (ZeroMQ's socket monitor): a peer whose
+connection closes (its process died, was killed, or crashed its sockets shut) or stops answering
+ZeroMQ's heartbeats is reported in `lost` at once, so the coordinator need not wait for a
+deadline to learn it. The monitor reports descriptors, not peers: every message received
+records the descriptor it came in on (ZMQ_SRCFD), which names the peer when that descriptor
+closes. A monitor event is always read before the messages that follow it, so a descriptor
+reused by a new connection is never blamed for the old one.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
 from transport.ledger import message_wire_bytes
@@ -53,6 +62,16 @@ class _Channel:
         self.socket.close(linger=0)
 
 
+HEARTBEAT_IVL_MS = 10000  # ZMTP pings to every connected peer; answered by ZeroMQ's I/O thread, not the
+HEARTBEAT_TIMEOUT_MS = 30000  # application, so a busy site is never taken for a dead one
+
+
+@dataclass(frozen=True)
+class Lost:
+    peer: str
+    reason: str
+
+
 class CoordinatorChannel(_Channel):
     def __init__(self, endpoint: str, *, keys: ServerKeys | None = None, context: zmq.Context | None = None,
                  max_bytes: int = MAX_MESSAGE_BYTES) -> None:
@@ -67,11 +86,18 @@ class CoordinatorChannel(_Channel):
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished site raises, not drops
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if keys is not None:
             secure_server(socket, keys)
+        self.monitor = socket.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         socket.bind(endpoint)
         self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         super().__init__(socket, COORDINATOR_ID, max_bytes, curve=keys is not None)
+        self.poller.register(self.monitor, zmq.POLLIN)
+        self.lost: list[Lost] = []  # connections lost since the caller last emptied the list
+        self._peer_of: dict[int, str] = {}  # descriptor -> the peer whose messages came in on it
+        self._descriptor_of: dict[str, int] = {}
 
     def send(self, site: str, mtype: str, session: int, payload: dict) -> int | None:
         """The message's size on the wire, or None when the site is not connected."""
@@ -88,10 +114,17 @@ class CoordinatorChannel(_Channel):
         return message_wire_bytes([len(f) for f in frames], self.curve)
 
     def receive(self, timeout_s: float) -> Incoming | None:
+        """The next message, or None at the timeout or when only connection events came (they
+        are in `lost`)."""
         if not self._poll(timeout_s):
             return None
-        frames = self.socket.recv_multipart(copy=False)
+        self._read_monitor()
+        try:
+            frames = self.socket.recv_multipart(copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            return None
         peer = frames[0].bytes.decode("utf-8", errors="replace")
+        self._remember(frames[-1].get(zmq.SRCFD), peer)
         user_id = frames[1].get("User-Id") if self.curve and len(frames) > 1 else None
         nbytes = message_wire_bytes([len(f.bytes) for f in frames[1:]], self.curve)
         if len(frames) != 2:
@@ -99,7 +132,27 @@ class CoordinatorChannel(_Channel):
                             user_id=user_id)
         return self._decode(peer, frames[1].bytes, nbytes, user_id)
 
+    def _remember(self, fd: int, peer: str) -> None:
+        old = self._descriptor_of.get(peer)
+        if old is not None and old != fd and self._peer_of.get(old) == peer:
+            del self._peer_of[old]
+        self._peer_of[fd], self._descriptor_of[peer] = peer, fd
+
+    def _read_monitor(self) -> None:
+        while self.monitor.poll(0):
+            event = recv_monitor_message(self.monitor)
+            fd = event["value"]
+            peer = self._peer_of.pop(fd, None)
+            if peer is None:
+                continue
+            self._descriptor_of.pop(peer, None)
+            # ACCEPTED on a descriptor still named: its closing was never reported; it is gone
+            self.lost.append(Lost(peer, "its connection closed (the process ended, was killed, or "
+                                        "stopped answering heartbeats)"))
+
     def close(self) -> None:
+        self.socket.disable_monitor()
+        self.monitor.close(linger=0)
         super().close()
         if self.authenticator is not None:
             self.authenticator.stop()

@@ -2,7 +2,7 @@
 
 A scenario's `faults:` list holds rules; each names an action, where it applies and when:
 
-    action     crash | straggle | delay | drop | duplicate | reorder | corrupt | kill_coordinator
+    action     crash | kill_host | straggle | delay | drop | duplicate | reorder | corrupt | kill_coordinator
     sites      all (default) | site-003 | [site-001, site-007] | {fraction: 0.2, seed: 1}
                (with direction: down, `shuffler` names the coordinator's messages to the shuffler,
                e.g. a delayed batch_open; `all` never includes it)
@@ -13,7 +13,9 @@ A scenario's `faults:` list holds rules; each names an action, where it applies 
     seconds    for delay and reorder (default 1)           mode     corrupt: bytes | truncate | types | content
 
 Site behaviour (applied by the site driver when it is asked something that matches):
-  crash     the site process kills itself (SIGKILL) instead of answering
+  crash     the site ends instead of answering: its connections close at once and it never
+            answers again (a site alone in its process kills the process, SIGKILL)
+  kill_host the site's whole host process kills itself (SIGKILL): every site it serves is gone
   straggle  the site stays alive and never answers
   delay     the answer leaves `seconds` late
 Message faults (applied to the outgoing messages of the matching side):
@@ -36,7 +38,7 @@ import numpy as np
 from protocol.randomness import stable_key
 from protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
 
-SITE_ACTIONS = ("crash", "straggle", "delay")
+SITE_ACTIONS = ("crash", "kill_host", "straggle", "delay")
 MESSAGE_ACTIONS = ("drop", "duplicate", "reorder", "corrupt")
 ACTIONS = SITE_ACTIONS + MESSAGE_ACTIONS + ("kill_coordinator",)
 
@@ -139,7 +141,7 @@ class FaultInjector:
         return rule.probability >= 1 or self.rngs[rule.index].random() < rule.probability
 
     def behaviour(self, trial, phase, method) -> tuple[str, float] | None:
-        """Site side: ("crash"|"straggle"|"delay", seconds) for a request it is about to answer."""
+        """Site side: ("crash"|"kill_host"|"straggle"|"delay", seconds) for a request it is about to answer."""
         for rule in self.rules:
             if rule.action in SITE_ACTIONS and rule.direction == "up" and rule.applies(trial, phase, method, self.party):
                 if self._draw(rule):

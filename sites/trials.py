@@ -1,0 +1,87 @@
+"""What one OS process holds of the open trial for all the sites it serves.
+
+A site host (sites.host) serves many sites; the in-process backend serves them all. Loading
+the trial's model and reading a shard file once per site would make opening a trial for
+thousands of sites cost thousands of unpickles: here the model is loaded once per trial and
+process, the rows come from one memory-mapped file pair (sites.storage.read_rows), and each
+site still scores only its own rows, with the model, in its own call.
+
+A host started away from the harness (`run.py site --scenario S`) has no shard files: it
+builds the trial's world from the scenario once (the world is a deterministic function of the
+scenario and the trial, world.trial) and keeps only its own sites' rows and the model.
+
+The model is dropped when every site this process serves has scored (or at the next trial),
+and while it is held the process holds one of the machine's model-loading slots
+(sites.storage.model_slot), so that a hundred single-site processes do not all hold a large
+forest at once.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import ExitStack
+
+import numpy as np
+
+from sites.storage import model_slot, read_model, read_rows, rows_path
+
+
+class TrialCache:
+    def __init__(self, workdir, site_ids, scenario: dict | None = None) -> None:
+        self.workdir, self.site_ids, self.scenario = workdir, set(site_ids), scenario
+        self.trial: int | None = None
+        self._model = None
+        self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._waiting: set[str] = set()  # sites that have not scored the open trial yet
+        self._slot: ExitStack | None = None
+
+    def scores(self, trial: int, site_id: str) -> tuple[np.ndarray, str]:
+        """Site `site_id`'s conformity scores for `trial`, and the device that computed them."""
+        if trial != self.trial or self._model is None:
+            self._load(trial)
+        if site_id not in self._rows:
+            raise LookupError(f"trial {trial} holds no calibration rows for {site_id}")
+        X, y = self._rows[site_id]
+        model = self._model
+        scores = np.asarray(model.scores(np.asarray(X), np.asarray(y)), dtype=float)
+        device = model.device  # resolved in this process: CUDA where this host has it
+        self._waiting.discard(site_id)
+        if not self._waiting:
+            self.release()
+        return scores, device
+
+    def forget(self, site_id: str) -> None:
+        """A site that will never score (it crashed): do not keep the model for it."""
+        self.site_ids.discard(site_id)
+        self._waiting.discard(site_id)
+        if self._model is not None and not self._waiting:
+            self.release()
+
+    def release(self) -> None:
+        """Drop the model (one full garbage collection per process and trial, not per site)."""
+        if self._model is None:
+            return
+        self._model = None
+        gc.collect()
+        if self._slot is not None:
+            self._slot.close()
+            self._slot = None
+
+    def _load(self, trial: int) -> None:
+        self.release()
+        self.trial, self._rows = None, {}
+        if self.scenario is not None and not rows_path(self.workdir, trial).exists():
+            from world.trial import build_trial
+
+            world = build_trial(self.scenario, trial)
+            model = world.model
+            self._rows = {site: world.shards[site] for site in self.site_ids if site in world.shards}
+            del world
+        else:
+            self._slot = ExitStack()
+            self._slot.enter_context(model_slot(self.workdir, trial))  # shared with the host's other processes
+            model = read_model(self.workdir, trial)
+            X, y, index = read_rows(self.workdir, trial)
+            self._rows = {site: (X[start:end], y[start:end]) for site, (start, end) in index.items()
+                          if site in self.site_ids}
+        self.trial, self._model, self._waiting = trial, model, set(self._rows)

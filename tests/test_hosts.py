@@ -1,0 +1,187 @@
+"""Site hosts: many sites per OS process, each still a site in every way the protocol sees.
+
+Results do not depend on placement; a crashed agent ends alone; a killed host (scripted, or
+SIGKILL from outside) makes its sites dropouts at once, from the coordinator's socket monitor,
+not at a deadline; a launcher that cannot hold the connections says what to change."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from runner.outputs import RunDirectory
+from runner.processes import placement
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
+from sites import host as host_module
+from sites.trials import TrialCache
+from tests.support import TINY, trial_zero
+from tests.test_cli import ROOT
+
+METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},
+           {"name": "fedcp2_qq", "epsilon": 5.0, "bins": {"count": 50, "lo": -3.0, "hi": 3.0}}]
+SLOW_DEADLINE = 120.0  # a dropout that waited for it would make these runs take minutes
+
+
+def scenario(per_process, faults=(), trials=2, count=8, **runtime) -> dict:
+    raw = yaml.safe_load(TINY.read_text())
+    raw.update(trials=trials, methods=METHODS, faults=list(faults))
+    raw["sites"]["count"] = count
+    raw["runtime"] = {"deadlines": {"hello": 30, "join": SLOW_DEADLINE, "respond": SLOW_DEADLINE},
+                      "placement": {"sites_per_process": per_process}, **runtime}
+    return validate_scenario(raw)
+
+
+def events_of(out):
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def test_results_do_not_depend_on_placement(tmp_path):
+    runs = {}
+    for per_process in (1, 3, 8):
+        out = tmp_path / f"p{per_process}"
+        run_study(scenario(per_process), out)
+        runs[per_process] = comparable(RunDirectory(out).read_results())
+        placed = next(e for e in events_of(out) if e["event"] == "placement")
+        assert placed["processes"] == -(-8 // per_process) and placed["sites_per_process"] == per_process
+        hellos = [e for e in events_of(out) if e["event"] == "hello"]
+        assert len(hellos) == 8 and len({e["pid"] for e in hellos}) == placed["processes"]
+    run_study(scenario(1), tmp_path / "inproc", backend="inprocess")
+    assert runs[1] == runs[3] == runs[8] == comparable(RunDirectory(tmp_path / "inproc").read_results())
+    log = (tmp_path / "p3" / "logs" / "host-001.log").read_text()  # sites 3, 4, 5: each line tagged
+    assert all(f"quorum.site.site-00{j}" in log for j in (3, 4, 5)) and "site-006" not in log
+
+
+def test_a_crashed_agent_ends_alone_and_is_dropped_at_once(tmp_path):
+    crash = {"action": "crash", "sites": "site-001", "phase": "respond", "trials": 0, "method": "centralized"}
+    out = tmp_path / "run"
+    began = time.monotonic()
+    summary = run_study(scenario(4, [crash]), out)
+    assert time.monotonic() - began < SLOW_DEADLINE / 2
+    rows = RunDirectory(out).read_results()
+    assert summary["trials"] == 2 and len(rows) == 6
+    events = events_of(out)
+    lost = [e for e in events if e["event"] == "dropout" and e["site"] == "site-001"]
+    assert lost[0]["reason"].startswith("connection lost") and lost[0]["phase"] == "respond"
+    # never answers again (trial 1: not connected), its host-mates answer everything
+    assert any(e["phase"] == "join" and "not connected" in e["reason"] for e in lost[1:])
+    assert {e["site"] for e in events if e["event"] == "dropout"} == {"site-001"}
+    codes = next(e for e in events if e["event"] == "sites_stopped")["exit_codes"]
+    assert codes == {"host-000": 0, "host-001": 0}
+
+
+def test_a_scripted_host_kill_drops_all_its_sites_at_once(tmp_path):
+    kill = {"action": "kill_host", "sites": "site-005", "phase": "respond", "trials": 0, "method": "fedcp_qq"}
+    out = tmp_path / "run"
+    began = time.monotonic()
+    run_study(scenario(4, [kill]), out)
+    assert time.monotonic() - began < SLOW_DEADLINE / 2
+    events = events_of(out)
+    first = [e for e in events if e["event"] == "dropout" and e.get("session") == 1]
+    # host-001 answers its sites' requests in the order they come; those before site-005's may have left
+    assert {"site-005", "site-006", "site-007"} <= {e["site"] for e in first} <= {f"site-00{j}" for j in range(4, 8)}
+    assert all(e["reason"].startswith("connection lost") for e in first)
+    rows = RunDirectory(out).read_results()
+    assert len(rows) == 6 and all(r["status"] in ("ok", "infinite") for r in rows)
+    assert {r["sites"] for r in rows if r["trial"] == "1"} == {"4"}  # the survivors carry trial 1
+    codes = next(e for e in events if e["event"] == "sites_stopped")["exit_codes"]
+    assert codes == {"host-000": 0, "host-001": -signal.SIGKILL}
+
+
+def test_an_external_sigkill_of_a_host_mid_session_makes_its_sites_dropouts(tmp_path):
+    """The run is a separate process; a host is killed from outside while every site's answer
+    is held back three seconds, i.e. mid-session."""
+    slow = {"action": "delay", "seconds": 3.0, "phase": "respond", "trials": 0, "method": "fedcp_qq"}
+    path = tmp_path / "s.yaml"
+    raw = yaml.safe_load(TINY.read_text())
+    raw.update(trials=2, methods=METHODS, faults=[slow])
+    raw["sites"]["count"] = 8
+    raw["runtime"] = {"deadlines": {"hello": 30, "join": SLOW_DEADLINE, "respond": SLOW_DEADLINE},
+                      "placement": {"sites_per_process": 4}}
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "run"
+    run = subprocess.Popen([sys.executable, "run.py", "run", str(path), "--out", str(out)], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim = None
+    deadline = time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        events = events_of(out) if (out / "events.jsonl").exists() else []
+        if any(e["event"] == "session_start" for e in events):
+            victim = next(e for e in events if e["event"] == "placement")["pids"]["host-001"]
+    assert victim is not None, "the run never started a session"
+    os.kill(victim, signal.SIGKILL)
+    output, _ = run.communicate(timeout=SLOW_DEADLINE / 2)
+    assert run.returncode == 0, output
+    events = events_of(out)
+    lost = [e for e in events if e["event"] == "dropout" and e.get("session") == 1]
+    assert sorted(e["site"] for e in lost) == ["site-004", "site-005", "site-006", "site-007"]
+    assert all(e["reason"].startswith("connection lost") for e in lost)
+    assert {e["site"] for e in events if e["event"] == "connection_lost"} == {f"site-00{j}" for j in range(4, 8)}
+    rows = RunDirectory(out).read_results()
+    assert len(rows) == 6 and rows[0]["answered"] in ("4", "4.0")
+
+
+def test_process_titles_name_the_host_and_its_range(tmp_path):
+    from runner.processes import SiteHosts
+
+    trial_zero(tmp_path)
+    hosts = SiteHosts([f"site-00{j}" for j in range(5)], "tcp://127.0.0.1:1", tmp_path, tmp_path,
+                      sites_per_process=3, idle_timeout=20)
+    hosts.start()
+    try:
+        titles = {}
+        for _ in range(100):
+            titles = {name: open(f"/proc/{pid}/cmdline").read().strip("\0 ") for name, pid in hosts.pids().items()}
+            if all(t.startswith("quorum-") for t in titles.values()):
+                break
+            time.sleep(0.05)
+        assert titles == {"host-000": "quorum-host host-000 site-000..site-002",
+                          "host-001": "quorum-host host-001 site-003..site-004"}
+    finally:
+        for pid in hosts.pids().values():
+            os.kill(pid, signal.SIGKILL)
+        hosts.stop(timeout=2)
+
+
+def test_automatic_placement_is_sized_from_cores_and_memory():
+    big = 24 * 2**30
+    assert placement(50, "auto", cores=2, available=big).sites_per_process == 1
+    assert placement(1000, "auto", cores=2, available=big).processes == 4
+    assert placement(10_000, "auto", cores=2, available=big).processes == 10
+    assert placement(10_000, "auto", cores=16, available=big).processes == 32
+    assert placement(50, "auto", cores=2, available=2 * 2**30).sites_per_process > 1  # little memory: hosts
+    assert placement(10, 4, cores=2, available=big).processes == 3
+    assert "auto" in placement(1000, "auto", cores=2, available=big).why
+
+
+def test_too_few_open_files_fail_before_anything_starts(monkeypatch):
+    monkeypatch.setattr(host_module.resource, "getrlimit", lambda which: (1024, 4096))
+    with pytest.raises(OSError, match=r"needs 20256 open files.*at most 4096.*ulimit -Hn.*sites_per_process"):
+        host_module.raise_open_files(host_module.descriptors_needed(10_000), "a site host")
+    assert host_module.raise_open_files(2000, "x", check_only=True) == 1024
+
+
+def test_a_process_loads_the_model_once_per_trial_and_each_site_scores_its_own_rows(tmp_path, monkeypatch):
+    from sites import trials as trials_module
+
+    _, world = trial_zero(tmp_path)
+    loads = []
+    real = trials_module.read_model
+    monkeypatch.setattr(trials_module, "read_model", lambda *a: loads.append(a) or real(*a))
+    cache = TrialCache(tmp_path, list(world.shards))
+    for site, (X, y) in world.shards.items():
+        scores, device = cache.scores(0, site)
+        assert scores.tolist() == world.model.scores(X, y).tolist() and device == "cpu"
+    assert len(loads) == 1 and cache._model is None  # released once every site had scored
+    with pytest.raises(LookupError, match="site-999"):
+        TrialCache(tmp_path, ["site-999"]).scores(0, "site-999")
