@@ -134,7 +134,7 @@ def run_one(m: int, trials: int, workdir: Path) -> dict:
     result["coverage"] = {label: round(sum(float(r["coverage"]) for r in rows if r["method"] == label) / trials, 4)
                           for label in ("fedcp_qq", "centralized")}
     summary = json.loads((out / "summary.json").read_text())
-    result["bytes_per_site"] = summary["communication"].get("bytes_per_site")
+    result["communication"] = {k: v for k, v in summary["communication"].items() if k in ("fedcp_qq", "centralized")}
     result["dropouts"] = sum(1 for e in events if e["event"] == "dropout")
     return result
 

@@ -20,7 +20,7 @@ from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_finger
 from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
-from sites.storage import read_account, write_account
+from sites.storage import append_account, read_account
 from sites.trials import TrialCache
 
 
@@ -34,6 +34,7 @@ class SiteLocal:
         self.device = "cpu"
         self._halves: dict[int, object] = {}
         self.account = SiteAccount(Budget.from_spec(budget), read_account(workdir, site_id))
+        self._saved = len(self.account.records)  # records already on the site's storage
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Score this site's calibration data for `trial`; return n_j."""
@@ -73,7 +74,7 @@ class SiteLocal:
                 self.account.admit(self.trial, self.fingerprint, spend)
             except BudgetExceeded as exc:
                 self.account.refusal(self.trial, session, method_name, str(exc))
-                write_account(self.workdir, self.site_id, self.account.records)
+                self._save()
                 raise RequestError(str(exc)) from None
         half = self._halves.get(session)
         if half is None:
@@ -86,7 +87,11 @@ class SiteLocal:
 
     def _record(self, session: int, method_name: str, spend, body=None, reused: bool = False) -> None:
         self.account.record(self.trial, session, method_name, self.fingerprint, spend, body=body, reused=reused)
-        write_account(self.workdir, self.site_id, self.account.records)
+        self._save()
+
+    def _save(self) -> None:
+        append_account(self.workdir, self.site_id, self.account.records[self._saved:])
+        self._saved = len(self.account.records)
 
     @staticmethod
     def route(method_name: str) -> str:

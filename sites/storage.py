@@ -9,8 +9,8 @@ takes nothing but its own slice (and the shared model).
     WORKDIR/trial-0003/X.npy, y.npy     (every site's calibration rows, site after site)
     WORKDIR/trial-0003/rows.json        ({site id: [first row, end row]} into X and y)
     WORKDIR/locks/load-N                (model_slot's lock files)
-    WORKDIR/privacy/site-007.msgpack    (site-007's privacy account: every release it made, so
-                                         that a restarted site keeps counting against its budget)
+    WORKDIR/privacy/site-007.msgpack    (site-007's privacy account: every release it made, appended
+                                         as it is made, so that a restarted site keeps counting)
 """
 
 from __future__ import annotations
@@ -129,17 +129,33 @@ def account_path(workdir, site_id: str) -> Path:
 
 
 def read_account(workdir, site_id: str) -> list[dict]:
-    """The records of a site's privacy account (protocol.accounting.SiteAccount), [] if none yet."""
+    """The records of a site's privacy account (protocol.accounting.SiteAccount), [] if none yet.
+    The file is a stream of msgpack records, appended one release at a time; a record cut short
+    by a crash mid-write is ignored (it was never acknowledged: the answer had not left)."""
     path = account_path(workdir, site_id)
     if not path.exists():
         return []
-    return msgpack.unpackb(path.read_bytes(), raw=False)
+    records: list[dict] = []
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(path.read_bytes())
+    try:
+        for item in unpacker:
+            records.extend(item if isinstance(item, list) else [item])
+    except (msgpack.ExtraData, ValueError):
+        pass
+    return records
 
 
-def write_account(workdir, site_id: str, records: list[dict]) -> None:
+def append_account(workdir, site_id: str, records: list[dict]) -> None:
+    """Append new records to a site's account and flush them to the disk before the answer
+    they account for may leave (cost: the new records only, however long the account)."""
+    if not records:
+        return
     path = account_path(workdir, site_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, msgpack.packb(records, use_bin_type=True))
+    with open(path, "ab") as handle:
+        handle.write(b"".join(msgpack.packb(record, use_bin_type=True) for record in records))
+        handle.flush()
 
 
 def remove_trial(workdir, trial: int) -> None:

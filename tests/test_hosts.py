@@ -185,3 +185,35 @@ def test_a_process_loads_the_model_once_per_trial_and_each_site_scores_its_own_r
     assert len(loads) == 1 and cache._model is None  # released once every site had scored
     with pytest.raises(LookupError, match="site-999"):
         TrialCache(tmp_path, ["site-999"]).scores(0, "site-999")
+
+
+def test_a_thousand_sites_leaving_at_once_never_block_the_coordinator():
+    """1,200 connections close while the coordinator reads nothing: 2,400 monitor events, more
+    than a default high-water mark of 1,000 would hold. Closing the channel must not block, and
+    every lost connection is named."""
+    import threading
+
+    import zmq
+
+    from transport.channel import CoordinatorChannel, SiteChannel
+
+    n = 1200
+    host_module.raise_open_files(host_module.descriptors_needed(n, per_socket=4), "this test")
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    context = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, 2 * n)
+    sites = [SiteChannel(channel.endpoint, f"site-{i:04d}", context=context) for i in range(n)]
+    for site in sites:
+        site.send("hello", 0, {"pid": 1})
+    heard = 0
+    while heard < n:
+        heard += channel.receive(5.0) is not None
+    for site in sites:
+        site.close()
+    time.sleep(1.0)
+    closer = threading.Thread(target=channel.close, daemon=True)
+    closer.start()
+    closer.join(timeout=20)
+    assert not closer.is_alive(), "closing the coordinator's channel blocked"
+    assert {lost.peer for lost in channel.lost} == {f"site-{i:04d}" for i in range(n)}
+    context.term()

@@ -90,7 +90,7 @@ class CoordinatorChannel(_Channel):
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
         if keys is not None:
             secure_server(socket, keys)
-        self.monitor = socket.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self.monitor = _monitor(context, socket, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         socket.bind(endpoint)
         self.endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
         super().__init__(socket, COORDINATOR_ID, max_bytes, curve=keys is not None)
@@ -151,6 +151,7 @@ class CoordinatorChannel(_Channel):
                                         "stopped answering heartbeats)"))
 
     def close(self) -> None:
+        self._read_monitor()
         self.socket.disable_monitor()
         self.monitor.close(linger=0)
         super().close()
@@ -158,6 +159,19 @@ class CoordinatorChannel(_Channel):
             self.authenticator.stop()
         if self._own_context is not None:
             self._own_context.term()
+
+
+def _monitor(context: zmq.Context, socket: zmq.Socket, events: int) -> zmq.Socket:
+    """The reading end of `socket`'s monitor, with no high-water mark: thousands of sites
+    leaving at once must never fill it (a full monitor pipe blocks whoever emits the next event,
+    pyzmq's get_monitor_socket leaves the default of 1,000)."""
+    address = f"inproc://monitor.{id(socket):x}"
+    socket.monitor(address, events)
+    reader = context.socket(zmq.PAIR)
+    reader.setsockopt(zmq.RCVHWM, 0)
+    reader.setsockopt(zmq.LINGER, 0)
+    reader.connect(address)
+    return reader
 
 
 class SiteChannel(_Channel):
