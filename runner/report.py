@@ -235,6 +235,10 @@ def sites_line(summary: dict) -> str:
     else:
         shown = f"n_j from {min(sizes)} to {max(sizes)} (total {sum(sizes)})"
     text = f"sites: {len(sizes)}, {shown}; scored on {', '.join(summary['site_devices'])}"
+    placed = summary.get("placement")
+    if placed:
+        text += (f"; {placed['processes']} process(es) of {placed['sites_per_process']} site(s)"
+                 f" ({placed['why'].split(':')[0]})")
     if h["kind"] != "none":
         text += f"; heterogeneity {h['kind']}"
         if h["spread"] is not None:

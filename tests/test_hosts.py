@@ -49,7 +49,8 @@ def test_results_do_not_depend_on_placement(tmp_path):
     runs = {}
     for per_process in (1, 3, 8):
         out = tmp_path / f"p{per_process}"
-        run_study(scenario(per_process), out)
+        summary = run_study(scenario(per_process), out)
+        assert summary["placement"]["sites_per_process"] == per_process
         runs[per_process] = comparable(RunDirectory(out).read_results())
         placed = next(e for e in events_of(out) if e["event"] == "placement")
         assert placed["processes"] == -(-8 // per_process) and placed["sites_per_process"] == per_process
