@@ -193,9 +193,6 @@ class SiteHosts:
         """Process name -> pid."""
         return {name: p.pid for name, p in self.processes.items() if p.pid is not None}
 
-    def host_of(self, site_id: str) -> str:
-        return next(name for name, group in self.sites.items() if site_id in group)
-
     def exit_codes(self) -> dict[str, int | None]:
         return {name: p.exitcode for name, p in self.processes.items()}
 

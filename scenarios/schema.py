@@ -76,20 +76,14 @@ def _str(spec, value, path):
     return value
 
 
-def _float_or(spec, value, path):
+def _number_or(spec, value, path):
+    """float_or / int_or: one of the named strings, or a number checked as "float" / "int"."""
     if isinstance(value, str):
         if value in spec["choices"]:
             return value
         raise ScenarioError(path, _describe(spec), value)
-    return _float({**spec, "type": "float"}, value, path)
-
-
-def _int_or(spec, value, path):
-    if isinstance(value, str):
-        if value in spec["choices"]:
-            return value
-        raise ScenarioError(path, _describe(spec), value)
-    return _int({**spec, "type": "int"}, value, path)
+    number = spec["type"].removesuffix("_or")
+    return _CHECKS[number]({**spec, "type": number}, value, path)
 
 
 def _bool(spec, value, path):
@@ -164,7 +158,7 @@ def _any(spec, value, path):
     return value
 
 
-_CHECKS = {"int": _int, "int_or": _int_or, "float": _float, "float_or": _float_or, "str": _str, "bool": _bool, "map": _map,
+_CHECKS = {"int": _int, "int_or": _number_or, "float": _float, "float_or": _number_or, "str": _str, "bool": _bool, "map": _map,
            "list": _list, "sizes": _sizes, "any": _any}
 
 

@@ -38,3 +38,14 @@ def test_at_most_the_allowed_number_of_holders_at_once(tmp_path, monkeypatch):
     for thread in threads:
         thread.join(10)
     assert peak[0] == 2 and holders[0] == 0
+
+
+def test_a_privacy_account_cut_short_by_a_crash_keeps_every_whole_record(tmp_path):
+    from sites.storage import account_path, append_account, read_account
+
+    records = [{"trial": 0, "session": s, "kind": "em", "epsilon": 0.5} for s in range(3)]
+    append_account(tmp_path, "site-000", records[:2])
+    append_account(tmp_path, "site-000", records[2:])
+    whole = account_path(tmp_path, "site-000").read_bytes()
+    account_path(tmp_path, "site-000").write_bytes(whole + whole[:7])  # a fourth record torn mid-write
+    assert read_account(tmp_path, "site-000") == records
