@@ -223,13 +223,21 @@ def plan(alpha, m, n, sizes, optimize, dropouts, as_json, table):
     _print_plan(result)
 
 
+def _short_list(values: list, shown: int = 12) -> str:
+    """All values when few; otherwise the first ones and how many more (--json has them all)."""
+    if len(values) <= shown:
+        return ",".join(map(str, values))
+    return ",".join(map(str, values[:shown])) + f",... ({len(values) - shown} more; --json lists all)"
+
+
 def _print_plan(result: dict) -> None:
     if result["ell"] is None:
         click.echo(result["reason"])
         return
     ell = result["ell"]
-    ell_text = ",".join(map(str, ell)) if isinstance(ell, list) else str(ell)
-    where = f"m={result['m']} n={result['n']}" if "n" in result else f"m={result['m']} sizes={result.get('sizes')}"
+    ell_text = _short_list(ell) if isinstance(ell, list) else str(ell)
+    where = (f"m={result['m']} n={result['n']}" if "n" in result
+             else f"m={result['m']} sizes={_short_list(result.get('sizes') or [])}")
     click.echo(f"{where} alpha={result['alpha']} ({result['rule']}, dropouts={result['dropouts']}): "
                f"ell*={ell_text} k*={result['k']} coverage={result['coverage']:.12f}")
     if "coverage_paper_rule" in result:

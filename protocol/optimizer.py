@@ -1,9 +1,9 @@
 """Per-site orders (ell_1..ell_m, k) that bring the exact coverage as close to 1 - alpha as
 possible from above: where paper 000 stops (appendix A.1 calls the search too costly).
 
-1. Starts. For a common level tau, ell_j(tau) = ceil(tau (n_j + 1)) (tau = 1 - alpha is the
-   paper's rule); one Poisson-binomial pass gives M for every k, so a grid of tau values yields
-   the smallest valid k for each, and the eq. (6) optimum is added when sizes are equal.
+1. Starts. The paper's rule (ell_j = ceil((1 - alpha)(n_j + 1))), the eq. (6) optimum when
+   sizes are equal, and for smaller m a grid of common levels tau, ell_j(tau) =
+   ceil(tau (n_j + 1)), each with its smallest valid k (protocol.unbalanced's window search).
 2. Descent. From a valid plan, lowering one ell_j changes only p_j(t), by
    Delta_j(t) = P(Bin(n_j, t) = ell_j - 1), and
        M(ell - e_j, k) = M(ell, k) - int Delta_j(t) P(W_{-j}(t) = k - 1) dt
@@ -27,11 +27,16 @@ from scipy.stats import binom
 from protocol.conformal import check_alpha
 from protocol.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule,
                               plan_quantile_of_quantiles, smallest_valid_k_unbalanced)
-from protocol.unbalanced import (_bracket, _composite, coverage_all_k, coverage_unbalanced,
-                                 poisson_binomial_below, poisson_binomial_pmf, site_cdfs)
+from protocol.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
+from protocol.unbalanced import _bracket, _composite, coverage_unbalanced, finite_sites, site_cdfs
 
+#: Search effort shrinks with m (each evaluation grows as m log^2 m): common levels tau tried
+#: as starts, TAU_EFFORT // m of them (at most TAU_GRID), and descents from the STARTS_EFFORT // m
+#: best starts (1..STARTS). At m = 1,000: the paper rule and 4 levels, one descent.
 TAU_GRID = 24
-STARTS = 4  # descents, from the best start of each of the most promising server orders k
+TAU_EFFORT = 4800
+STARTS = 4
+STARTS_EFFORT = 800
 MAX_STEPS = 80
 #: Search-time coverages carry quadrature error; keep this much headroom until verification.
 SEARCH_MARGIN = 1e-10
@@ -46,8 +51,8 @@ def plan_optimized(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> Q
     paper = plan_paper_rule(sizes, alpha, dropouts)
     starts = _starts(sizes, alpha, dropouts)
     best = paper
-    for ells in starts[:STARTS]:
-        plan = _descend(sizes, np.array(ells), target, m - dropouts if dropouts else None)
+    for ells, k in starts[:int(np.clip(STARTS_EFFORT // m, 1, STARTS))]:
+        plan = _descend(sizes, np.array(ells), k, target, m - dropouts if dropouts else None)
         if plan is not None and (best.infinite or plan.coverage < best.coverage):
             best = plan
     if best.infinite:
@@ -59,39 +64,35 @@ def plan_optimized(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> Q
 
 
 def _starts(sizes, alpha, dropouts):
-    """Orders that admit a valid k: the best start for each k, best (smallest approximate
-    coverage) first, so that the descents explore different server orders."""
+    """(orders, k) pairs that are valid: the best start for each k, best (smallest coverage)
+    first, so that the descents explore different server orders."""
     n = np.array(sizes, dtype=float)
     m = len(sizes)
-    target = 1.0 - alpha
-    found = {}  # ells -> (approximate coverage, k)
-    if len(set(sizes)) == 1:
-        equal = plan_quantile_of_quantiles(m, sizes[0], alpha, dropouts)
-        if not equal.infinite:
-            found[equal.ells] = (equal.coverage, equal.k)
-    for tau in np.linspace(max(0.02, 1.0 - 4.0 * alpha), 1.0, TAU_GRID):
+    found = {}  # ells -> (coverage, k)
+    for plan in (plan_paper_rule(sizes, alpha, dropouts),
+                 plan_quantile_of_quantiles(m, sizes[0], alpha, dropouts) if len(set(sizes)) == 1 else None):
+        if plan is not None and not plan.infinite:
+            found[plan.ells] = (plan.coverage, plan.k)
+    taus = int(np.clip(TAU_EFFORT // m, 0, TAU_GRID))
+    for tau in np.linspace(max(0.02, 1.0 - 4.0 * alpha), 1.0, taus):
         ells = tuple(int(e) for e in np.clip(np.ceil(tau * (n + 1) - 1e-9), 1, n))
         if ells in found:
             continue
-        approx = coverage_all_k(sizes, ells)
-        if dropouts and approx[m - dropouts - 1] < target + 1e-6:
+        if dropouts and not is_robust(sizes, ells, dropouts, alpha):
             continue
-        valid = np.flatnonzero(approx >= target + 1e-6)
-        if valid.size:
-            found[ells] = (float(approx[valid[0]]), int(valid[0]) + 1)
+        k, coverage = smallest_valid_k_unbalanced(sizes, ells, alpha)
+        if k:
+            found[ells] = (coverage, k)
     best_per_k = {}
     for ells, (coverage, k) in sorted(found.items(), key=lambda item: item[1][0]):
         best_per_k.setdefault(k, (coverage, ells))
-    return [ells for _, ells in sorted(best_per_k.values())]
+    return [(ells, k) for k, (_, ells) in sorted(best_per_k.items(), key=lambda item: item[1][0])]
 
 
-def _descend(sizes, ells, target, k_robust):
-    """Greedy descent from a start; returns the verified plan or None."""
+def _descend(sizes, ells, k, target, k_robust):
+    """Greedy descent from a valid start (ells, k); returns the verified plan or None."""
     sizes_arr = np.array(sizes, dtype=float)
-    k, coverage = smallest_valid_k_unbalanced(sizes, ells, 1.0 - target)
     dropouts = len(sizes) - k_robust if k_robust else 0
-    if k == 0 or (dropouts and not is_robust(sizes, ells, dropouts, 1.0 - target)):
-        return None
     # one quadrature grid per constraint: M(ells, k) >= target, and M(ells, m - d) >= target
     grids = {kk: _search_grid(sizes_arr, ells, kk) for kk in {k, k_robust} - {None}}
     history = [ells.copy()]
@@ -132,7 +133,7 @@ def _descend(sizes, ells, target, k_robust):
 def _search_grid(sizes, ells, k):
     """Quadrature nodes over the transition of P(W <= k - 1), padded to the left, where lowering
     orders moves it; panels doubled until the coverage settles to 1e-12."""
-    a, b = _bracket(sizes, ells.astype(float), k)
+    a, b = _bracket(*finite_sites(sizes, ells), k)  # sites asked beyond their size never count
     width = max(b - a, 1e-6)
     a, b = max(0.0, a - width), min(1.0, b + 0.25 * width)
     panels = 2
@@ -146,33 +147,17 @@ def _search_grid(sizes, ells, k):
 
 
 def _evaluate(grid, sizes, ells, k, effects=True):
-    """(M(ells, k), the exact change of M from lowering each ell_j by one) on one grid."""
+    """(M(ells, k), the exact change of M from lowering each ell_j by one) on one grid.
+
+    Sites with the same (n_j, ell_j) have the same effect: it is computed once per pair.
+    """
     a, t, w = grid
     p = site_cdfs(t, sizes, ells.astype(float))
     pmf = poisson_binomial_pmf(p)
     coverage = a + float(w @ pmf[:, :k].sum(axis=1))
     if not effects:
         return coverage, None
-    step = binom.pmf(ells[None, :] - 1, sizes[None, :], t[:, None])  # Delta_j(t)
-    return coverage, w @ (step * _leave_one_out(pmf, p, k - 1))
-
-
-def _leave_one_out(pmf, p, c):
-    """P(W_{-j} = c) for every site j, from the full law of W and each p_j.
-
-    Removing Bernoulli(p) from W: P(W = i) = (1 - p) x_i + p x_{i-1}. Solved upwards (from
-    x_0) where p <= 1/2 and downwards (from x_{m-1}) where p > 1/2, so rounding errors are
-    damped in both.
-    """
-    f = np.ascontiguousarray(pmf.T)  # f[i] = P(W = i) at every node
-    m = p.shape[1]
-    q = 1.0 - p
-    upward = p <= 0.5
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        up = f[0][:, None] / q
-        for i in range(1, c + 1):
-            up = (f[i][:, None] - p * up) / q
-        down = f[m][:, None] / p
-        for i in range(m - 1, c, -1):
-            down = (f[i][:, None] - q * down) / p
-    return np.where(upward, up, down)
+    pairs, first, inverse = np.unique(np.stack([sizes, ells.astype(float)]), axis=1,
+                                      return_index=True, return_inverse=True)
+    step = binom.pmf(pairs[1][None, :] - 1, pairs[0][None, :], t[:, None])  # Delta_j(t)
+    return coverage, (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1)))[inverse.reshape(-1)]

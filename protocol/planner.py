@@ -28,7 +28,7 @@ from scipy.special import betainc
 
 from protocol.conformal import check_alpha, split_conformal_order
 from protocol.orderstats import qq_coverage
-from protocol.unbalanced import coverage_all_k, coverage_unbalanced
+from protocol.unbalanced import coverage_unbalanced, smallest_order_reaching
 
 #: Coverages are computed to ~1e-13; a plan within this of 1 - alpha counts as reaching it (so
 #: that exact cases such as n = 1, M = k / (m + 1) = 1 - alpha are not lost to rounding).
@@ -188,21 +188,7 @@ def smallest_valid_k_unbalanced(sizes, ells, alpha: float) -> tuple[int, float]:
     if len(set(sizes)) == 1 and len(set(ells)) == 1 and ells[0] <= sizes[0]:
         ks, covs = smallest_valid_k(m, sizes[0], [ells[0]], alpha)
         return int(ks[0]), float(covs[0])
-    threshold = 1.0 - alpha - COVERAGE_TOLERANCE
-    if coverage_unbalanced(sizes, ells, m) < threshold:
-        return 0, math.nan
-    approx = coverage_all_k(sizes, ells)[:m]
-    k = int(np.clip(np.argmax(approx >= 1.0 - alpha) + 1, 1, m))
-    coverage = coverage_unbalanced(sizes, ells, k)
-    while coverage < threshold:  # the grid was optimistic: step up
-        k += 1
-        coverage = coverage_unbalanced(sizes, ells, k)
-    while k > 1:  # or pessimistic: step down while still valid
-        lower = coverage_unbalanced(sizes, ells, k - 1)
-        if lower < threshold:
-            break
-        k, coverage = k - 1, lower
-    return k, float(coverage)
+    return smallest_order_reaching(sizes, ells, 1.0 - alpha - COVERAGE_TOLERANCE)
 
 
 @lru_cache(maxsize=256)

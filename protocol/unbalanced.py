@@ -12,19 +12,24 @@ whose term-by-term expansion is exactly A.1's sum over subsets. A site asked for
 answers +inf (eq. 2): it never counts among the k smallest, so it is left out of W, and when
 fewer than k sites can answer finitely Q is +inf and the coverage is 1.
 
-`coverage_unbalanced` evaluates one plan to ~1e-13 (a bracketing scan, then composite
-Gauss-Legendre with panels doubled until two levels agree); `coverage_all_k` gives every k at
-once on a fixed grid, for search, and the planner re-checks its final choice with the former.
+`coverage_window` evaluates a run of server orders k to ~1e-13 each: a bracket certified by
+tail bounds, then composite Gauss-Legendre with panels doubled until two levels agree, the
+Poisson-binomial law at each node from protocol.poissonbinomial (a product tree of FFTs beyond
+a few hundred sites). `smallest_order_reaching` finds the smallest valid k with a few windows,
+so planning 10,000 unequal sites takes about a second (it took minutes with a k-by-k scan).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from scipy.special import betainc, betaincinv
 
+from protocol.poissonbinomial import certified_tails, poisson_binomial_cdf
+
 TAIL_MASS = 1e-18
-SCAN_POINTS = 129
-SCAN_PASSES = 5
+BISECTIONS = 24
 PANEL_NODES = 32
 MAX_PANELS = 512
 AGREEMENT = 1e-13
@@ -33,43 +38,27 @@ _x, _w = np.polynomial.legendre.leggauss(PANEL_NODES)
 _UNIT_X, _UNIT_W = (_x + 1.0) / 2.0, _w / 2.0
 
 
-def poisson_binomial_pmf(p: np.ndarray, width: int | None = None) -> np.ndarray:
-    """P(W = c) for c = 0..width-1 (default all m + 1), row by row, W = sum of Bernoulli(p[:, j]).
-
-    A dynamic programme over sites; counts at or beyond `width` are never needed for
-    P(W = c < width), so they are not carried.
-    """
-    rows, m = p.shape
-    width = m + 1 if width is None else min(width, m + 1)
-    pmf = np.zeros((width, rows))  # counts along axis 0: each update is a contiguous block
-    pmf[0] = 1.0
-    q = 1.0 - p
-    for j in range(m):
-        top = min(j + 1, width - 1)  # counts 0..top can be non-zero after site j
-        moved = pmf[:top] * p[:, j]
-        pmf[:top + 1] *= q[:, j]
-        pmf[1:top + 1] += moved
-    return pmf.T
-
-
-def poisson_binomial_cdf(p: np.ndarray) -> np.ndarray:
-    """P(W <= c) for c = 0..m, row by row."""
-    return np.minimum(np.cumsum(poisson_binomial_pmf(p), axis=1), 1.0)
-
-
-def poisson_binomial_below(p: np.ndarray, k: int) -> np.ndarray:
-    """P(W <= k - 1) row by row, carrying only min(k, m - k + 1) counts: the lower tail directly,
-    or one minus the upper tail through the failures m - W."""
-    m = p.shape[1]
-    if k <= m - k + 1:
-        return np.minimum(poisson_binomial_pmf(p, k).sum(axis=1), 1.0)
-    upper = poisson_binomial_pmf(1.0 - p, m - k + 1).sum(axis=1)  # P(m - W <= m - k) = P(W >= k)
-    return np.clip(1.0 - upper, 0.0, 1.0)
-
-
 def site_cdfs(t: np.ndarray, sizes: np.ndarray, ells: np.ndarray) -> np.ndarray:
-    """p_j(t) = P(U_j <= t) = I_t(ell_j, n_j - ell_j + 1), shape (len(t), m)."""
-    return betainc(ells, sizes - ells + 1, np.asarray(t, dtype=float)[:, None])
+    """p_j(t) = P(U_j <= t) = I_t(ell_j, n_j - ell_j + 1), shape (len(t), m).
+
+    Computed once per distinct (n_j, ell_j): thousands of sites have a few hundred of them.
+    """
+    n, ell, inverse = distinct_pairs(sizes, ells)
+    return betainc(ell, n - ell + 1, np.asarray(t, dtype=float)[:, None])[:, inverse]
+
+
+def distinct_pairs(sizes, ells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (n, ell) pairs and, per site, the index of its pair (cached: the planner
+    asks for the same orders many times)."""
+    sizes, ells = np.asarray(sizes, dtype=float), np.asarray(ells, dtype=float)
+    return _distinct_pairs(sizes.tobytes(), ells.tobytes())
+
+
+@lru_cache(maxsize=64)
+def _distinct_pairs(sizes: bytes, ells: bytes):
+    pairs, inverse = np.unique(np.stack([np.frombuffer(sizes), np.frombuffer(ells)]), axis=1,
+                               return_inverse=True)
+    return pairs[0], pairs[1], inverse.reshape(-1)
 
 
 def finite_sites(sizes, ells) -> tuple[np.ndarray, np.ndarray]:
@@ -91,60 +80,98 @@ def support(sizes: np.ndarray, ells: np.ndarray, tail: float = TAIL_MASS) -> tup
     return lo, hi
 
 
-def coverage_all_k(sizes, ells, panels: int = 8) -> np.ndarray:
-    """M(ells, k) for k = 1..m on a fixed composite grid (for search; error ~1e-9 or better).
-
-    Entries for k beyond the number of finite sites are 1 (Q = +inf).
-    """
-    m = len(sizes)
-    fs, fe = finite_sites(sizes, ells)
-    out = np.ones(m)
-    if fs.size == 0:
-        return out
-    lo, hi = support(fs, fe)
-    t, w = _composite(lo, hi, panels)
-    survival = poisson_binomial_cdf(site_cdfs(t, fs, fe))[:, : fs.size]  # P(W <= k - 1)
-    out[: fs.size] = lo + w @ survival
-    return out
-
-
 def coverage_unbalanced(sizes, ells, k: int) -> float:
     """M(ell_1..ell_m, k) of paper 000 appendix A.1, to about 1e-13."""
+    return float(coverage_window(sizes, ells, k, k)[0])
+
+
+def coverage_window(sizes, ells, k_low: int, k_high: int) -> np.ndarray:
+    """M(ells, k) for k = k_low..k_high, each to about 1e-13, on one quadrature.
+
+    The integrand P(W(t) <= k - 1) of every k in the window is 1 left of the bracket of k_low
+    and 0 right of the bracket of k_high (to 1e-16), so one grid over their union serves all;
+    panels are doubled until two levels agree for every k.
+    """
     m = len(sizes)
-    if not 1 <= k <= m:
-        raise ValueError(f"k must lie in [1, {m}], got {k}")
+    if not 1 <= k_low <= k_high <= m:
+        raise ValueError(f"server orders must satisfy 1 <= k_low <= k_high <= {m}, got {k_low}..{k_high}")
     fs, fe = finite_sites(sizes, ells)
-    if k > fs.size:
-        return 1.0
-    a, b = _bracket(fs, fe, k)
+    out = np.ones(k_high - k_low + 1)  # k beyond the finite answers: Q = +inf
+    top = min(k_high, fs.size)
+    if k_low > top:
+        return out
+    a, b = _bracket(fs, fe, k_low, top)
     if b <= a:
-        return float(a)
+        out[: top - k_low + 1] = a
+        return out
     previous = None
     panels = 2
     while True:
         t, w = _composite(a, b, panels)
-        value = a + float(w @ poisson_binomial_below(site_cdfs(t, fs, fe), k))
-        if previous is not None and abs(value - previous) < AGREEMENT:
-            return float(value)
+        cdf = poisson_binomial_cdf(site_cdfs(t, fs, fe))
+        value = a + w @ cdf[:, k_low - 1: top]  # P(W <= k - 1) for k = k_low..top
+        if previous is not None and np.max(np.abs(value - previous)) < AGREEMENT:
+            out[: top - k_low + 1] = value
+            return out
         if panels >= MAX_PANELS:
-            raise ArithmeticError(f"quadrature did not settle (last change {abs(value - previous):.2e})")
+            raise ArithmeticError(f"quadrature did not settle (last change {np.max(np.abs(value - previous)):.2e})")
         previous, panels = value, panels * 2
 
 
-def _bracket(sizes: np.ndarray, ells: np.ndarray, k: int) -> tuple[float, float]:
-    """[a, b] outside which P(W(t) <= k - 1) is within 1e-16 of 1 (left) or 0 (right)."""
+def smallest_order_reaching(sizes, ells, level: float) -> tuple[int, float]:
+    """The smallest server order k with M(ells, k) >= level, and M there; (0, nan) if none.
+
+    M grows with k. The first window is centred on the k whose crossing time matches: Q_k is
+    near the t where E W(t) = k - 1/2, so k ~ E W(level) + 1/2, half-width one standard
+    deviation of W(level); windows then gallop (doubling) towards the answer. Only k up to the
+    number of finite answers are considered: beyond it Q is +inf, the whole line, not a plan.
+    """
+    fs, fe = finite_sites(sizes, ells)
+    finite = fs.size
+    if finite == 0:
+        return 0, float("nan")
+    p = site_cdfs(np.array([level]), fs, fe)[0]
+    centre = int(np.clip(round(p.sum() + 0.5), 1, finite))
+    half = max(4, int(np.ceil(np.sqrt((p * (1.0 - p)).sum()))))
+    low, high = max(1, centre - half), min(finite, centre + half)
+    found, known_short = None, 0  # (k, M) valid so far; largest k known to fall short
+    while True:
+        values = coverage_window(sizes, ells, low, high)
+        ok = np.flatnonzero(values >= level)
+        width = 2 * (high - low + 1)
+        if ok.size:
+            found = (low + int(ok[0]), float(values[ok[0]]))
+            if ok[0] > 0 or low == known_short + 1:
+                return found
+            low, high = max(known_short + 1, low - width), low - 1
+        else:
+            known_short = high
+            if found is not None and found[0] == high + 1:
+                return found
+            if high == finite:
+                return 0, float("nan")
+            low, high = high + 1, min(finite, high + width)
+            if found is not None:
+                high = min(high, found[0] - 1)
+
+
+def _bracket(sizes: np.ndarray, ells: np.ndarray, k_low: int, k_high: int | None = None) -> tuple[float, float]:
+    """[a, b] with P(W(t) <= k - 1) within 1e-16 of 1 for t <= a and of 0 for t >= b, for every
+    k in k_low..k_high: the Bernstein certificates of poissonbinomial.certified_tails, pushed
+    inwards by bisection (each kept end is itself certified, so the bracket is rigorous even
+    where the bound is not monotone in t)."""
+    k_high = k_low if k_high is None else k_high
     lo, hi = support(sizes, ells)
-    for _ in range(SCAN_PASSES):  # each pass narrows [lo, hi] to the scan cells around the transition
-        t = np.linspace(lo, hi, SCAN_POINTS)
-        survival = poisson_binomial_below(site_cdfs(t, sizes, ells), k)
-        ones = np.flatnonzero(survival >= 1.0 - 1e-16)
-        zeros = np.flatnonzero(survival <= 1e-16)
-        new_lo = t[ones[-1]] if ones.size else lo
-        new_hi = t[zeros[0]] if zeros.size else hi
-        if new_hi - new_lo > 0.25 * (hi - lo):
-            return new_lo, new_hi
-        lo, hi = new_lo, new_hi
-    return lo, hi
+    left, right = certified_tails(site_cdfs(np.array([lo, hi]), sizes, ells), k_low, k_high)
+    # invariants: a, b certified (or a support end); a_out, b_out not certified
+    a, a_out = (lo, hi) if left[0] else (lo, lo)  # a support end that fails stays put
+    b, b_out = (hi, lo) if right[1] else (hi, hi)
+    for _ in range(BISECTIONS):
+        t = np.array([0.5 * (a + a_out), 0.5 * (b + b_out)])
+        left, right = certified_tails(site_cdfs(t, sizes, ells), k_low, k_high)
+        a, a_out = (t[0], a_out) if left[0] else (a, t[0])
+        b, b_out = (t[1], b_out) if right[1] else (b, t[1])
+    return a, b
 
 
 def _composite(a: float, b: float, panels: int) -> tuple[np.ndarray, np.ndarray]:

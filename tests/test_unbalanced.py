@@ -9,7 +9,7 @@ from protocol.optimizer import plan_optimized
 from protocol.orderstats import qq_coverage
 from protocol.planner import (COVERAGE_TOLERANCE, QQPlan, plan_paper_rule, plan_quantile_of_quantiles,
                               replan_after_dropouts)
-from protocol.unbalanced import coverage_all_k, coverage_unbalanced
+from protocol.unbalanced import coverage_unbalanced
 from tests.oracles import appendix_a1_brute_force, appendix_a1_exact, binomial_tolerance
 
 PAPER004_TEN = (307, 250, 208, 172, 143, 118, 98, 81, 67, 56)
@@ -46,15 +46,6 @@ def test_paper004_partition_against_exact_rationals():
 def test_equal_sizes_reduce_to_eq5():
     for ell, k in [(18, 35), (20, 50), (1, 1), (9, 12)]:
         assert abs(coverage_unbalanced((20,) * 50, (ell,) * 50, k) - qq_coverage(50, 20, ell, k)) < 1e-13
-
-
-def test_all_k_grid_agrees_with_the_precise_evaluator():
-    rng = np.random.default_rng(4)
-    sizes = tuple(int(n) for n in rng.integers(5, 120, size=25))
-    ells = tuple(int(np.ceil(0.85 * (n + 1))) for n in sizes)
-    grid = coverage_all_k(sizes, ells, panels=32)
-    for k in (1, 5, 12, 20, 25):
-        assert abs(grid[k - 1] - coverage_unbalanced(sizes, ells, k)) < 1e-9
 
 
 def test_infinite_answers_never_count_among_the_k_smallest():
