@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY_FLOOR = 2 * 2**30  # stop the run when the machine has less than this available
 
 
-def scenario(m: int, trials: int) -> dict:
+def scenario(m: int, trials: int, methods: tuple[str, ...] = ("fedcp_qq", "centralized")) -> dict:
     per_site, calibration = 20, 0.8
     return {
         "name": f"scale-{m}", "seed": 0, "trials": trials, "alpha": 0.1,
@@ -39,7 +40,7 @@ def scenario(m: int, trials: int) -> dict:
         "split": {"train": 0.1, "calibration": calibration, "test": 0.1},
         "sites": {"count": m, "sizes": "equal"},
         "model": {"kind": "ridge"},
-        "methods": [{"name": "fedcp_qq"}, {"name": "centralized"}],
+        "methods": [{"name": name} for name in methods],
         "runtime": {"deadlines": {"hello": 300, "join": 300, "respond": 120}},
     }
 
@@ -82,15 +83,16 @@ def available() -> int:
     return 0
 
 
-def run_watched(spec: dict, workdir: Path) -> tuple[dict, Path]:
-    """Run `spec` with `run.py run`, watching memory; (measures, run directory)."""
-    path = workdir / f"{spec['name']}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    out = workdir / f"run-{spec['name']}"
+def watch(command: list[str], cwd: Path = ROOT) -> dict:
+    """Run `command` in its own session, sampling the PSS of it and all its descendants every
+    0.2 s and killing the whole group if the machine's available memory falls below the floor.
+    Returns wall_s, peak_memory_gib, exit_code, stopped (why it was killed, or None), output."""
     began = time.monotonic()
-    process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "run", str(path), "--out", str(out)],
-                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
+    reader.start()  # a chatty child must never block on a full pipe
     peak, stopped = 0, None
     while process.poll() is None:
         peak = max(peak, sum(pss(p) for p in tree(process.pid)))
@@ -99,17 +101,31 @@ def run_watched(spec: dict, workdir: Path) -> tuple[dict, Path]:
             os.killpg(process.pid, signal.SIGKILL)
             break
         time.sleep(0.2)
-    output = process.communicate()[0]
-    wall = time.monotonic() - began
-    result = {"sites": spec["sites"]["count"], "trials": spec["trials"], "wall_s": round(wall, 2),
-              "peak_memory_gib": round(peak / 2**30, 3), "exit_code": process.returncode, "stopped": stopped}
-    if process.returncode != 0:
+    process.wait()
+    reader.join(timeout=5)
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # anything it left behind (Ray's workers, say)
+    except ProcessLookupError:
+        pass
+    return {"wall_s": round(time.monotonic() - began, 2), "peak_memory_gib": round(peak / 2**30, 3),
+            "exit_code": process.returncode, "stopped": stopped, "output": "".join(output)}
+
+
+def run_watched(spec: dict, workdir: Path) -> tuple[dict, Path]:
+    """Run `spec` with `run.py run`, watching memory; (measures, run directory)."""
+    path = workdir / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = workdir / f"run-{spec['name']}"
+    watched = watch([sys.executable, str(ROOT / "run.py"), "run", str(path), "--out", str(out)])
+    output = watched.pop("output")
+    result = {"sites": spec["sites"]["count"], "trials": spec["trials"], **watched}
+    if watched["exit_code"] != 0:
         result["output_tail"] = output[-2000:]
     return result, out
 
 
-def run_one(m: int, trials: int, workdir: Path) -> dict:
-    result, out = run_watched(scenario(m, trials), workdir)
+def run_one(m: int, trials: int, workdir: Path, methods: tuple[str, ...] = ("fedcp_qq", "centralized")) -> dict:
+    result, out = run_watched(scenario(m, trials, methods), workdir)
     if result["exit_code"] != 0:
         return result
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
@@ -132,9 +148,9 @@ def run_one(m: int, trials: int, workdir: Path) -> dict:
     result["worst_open_plus_sessions_s"] = max(t["open_plus_sessions_s"] for t in per_trial)
     rows = list(csv.DictReader(open(out / "results.csv")))
     result["coverage"] = {label: round(sum(float(r["coverage"]) for r in rows if r["method"] == label) / trials, 4)
-                          for label in ("fedcp_qq", "centralized")}
+                          for label in methods}
     summary = json.loads((out / "summary.json").read_text())
-    result["communication"] = {k: v for k, v in summary["communication"].items() if k in ("fedcp_qq", "centralized")}
+    result["communication"] = {k: v for k, v in summary["communication"].items() if k in methods}
     result["dropouts"] = sum(1 for e in events if e["event"] == "dropout")
     return result
 

@@ -57,9 +57,10 @@ def placement(count: int, spec, cores: int | None = None, available: int | None 
         return Placement(1, count, f"auto: one process per site (up to {cheap} on this machine)")
     hosts = min(count, max(2 * cores, math.ceil(count / SITES_PER_HOST)))
     k = math.ceil(count / hosts)
-    return Placement(k, math.ceil(count / k), f"auto: {count} sites > {cheap} one-site processes on this "
-                                              f"machine; {2 * cores} hosts for {cores} cores, "
-                                              f"at most {SITES_PER_HOST} sites each")
+    processes = math.ceil(count / k)
+    return Placement(k, processes, f"auto: {count} sites > {cheap} one-site processes on this machine; "
+                                   f"{processes} hosts of {k} (two per core for {cores} cores, "
+                                   f"at most {SITES_PER_HOST} sites each)")
 
 
 def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,

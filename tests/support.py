@@ -29,12 +29,14 @@ def trial_zero(workdir: Path):
     return scenario, world
 
 
-def one_live_site(workdir: Path):
+def one_live_site(workdir: Path, host_mates: int = 0):
     """Trial 0 of the tiny scenario on disk, a coordinator channel, and site-000 as a real,
-    started site process: (scenario, world, channel, processes)."""
+    started site process (with `host_mates` more sites in the same host process):
+    (scenario, world, channel, processes)."""
     scenario, world = trial_zero(workdir)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    processes = SiteHosts(["site-000"], channel.endpoint, workdir, workdir)
+    sites = [f"site-{i:03d}" for i in range(1 + host_mates)]
+    processes = SiteHosts(sites, channel.endpoint, workdir, workdir, sites_per_process=len(sites))
     processes.start()
     return scenario, world, channel, processes
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import msgpack
+import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -96,13 +97,16 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
         channel.close()
 
 
-def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
-    scenario, world, channel, procs = one_live_site(tmp_path)
+@pytest.mark.parametrize("host_mates", [0, 1], ids=["own-process", "in-a-host"])
+def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, host_mates):
+    """In a host, the fuzzed agent's host-mate is untouched: it answers the valid traffic after."""
+    scenario, world, channel, procs = one_live_site(tmp_path, host_mates)
+    sites = sorted(world.shards)[: 1 + host_mates]
     stop = threading.Event()
     replies = []
     try:
         coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30, join=30, respond=10))
-        assert coordinator.await_members(["site-000"]) == ["site-000"]
+        assert sorted(coordinator.await_members(sites)) == sites
 
         def drain():  # the site answers some of it (errors); keep its outgoing queue moving
             while not stop.is_set():
@@ -127,9 +131,11 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
         stop.set()
         drainer.join(5)
         assert len(sent) >= EXAMPLES * 0.9
-        assert procs.processes["site-000"].is_alive()
-        log = (tmp_path / "site-000.log").read_text()
+        process = "site-000" if not host_mates else "host-000"
+        assert procs.processes[process].is_alive()
+        log = (tmp_path / f"{process}.log").read_text()
         assert log.count("rejected a message") >= len(sent) * 0.9
+        assert "site-001" not in "".join(line for line in log.splitlines(keepends=True) if "rejected" in line)
         coordinator.guard.forget("site-000")  # the site's replies to the fuzz advanced its sequence
         # Well-formed fuzz envelopes "from the coordinator" (seq <= 50) are, to the site, genuine
         # and advanced its replay guard: the real coordinator continues after them.
@@ -137,13 +143,13 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path):
         for reply in replies:
             if reply.envelope is not None:
                 coordinator.guard.check(reply.envelope)
-        sizes, _ = coordinator.open_trial(0, scenario["seed"], ["site-000"])  # valid traffic afterwards
-        assert sizes == {"site-000": len(world.shards["site-000"][1])}
+        sizes, _ = coordinator.open_trial(0, scenario["seed"], sites)  # valid traffic afterwards
+        assert sizes == {site: len(world.shards[site][1]) for site in sites}
         outcome = coordinator.run_method(0, 0, METHODS["centralized"](0.1), sizes)
-        assert outcome.status in ("ok", "infinite") and outcome.details["pooled"] == sizes["site-000"]
+        assert outcome.status in ("ok", "infinite") and outcome.details["pooled"] == sum(sizes.values())
         coordinator.shutdown()
     finally:
         stop.set()
         procs.stop()
         channel.close()
-    assert procs.exit_codes() == {"site-000": 0}
+    assert procs.exit_codes() == {process: 0}

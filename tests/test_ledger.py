@@ -17,13 +17,15 @@ from transport.channel import CoordinatorChannel
 from transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
 
 
-def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
+@pytest.mark.parametrize("per_process", [1, 4], ids=["process-per-site", "one-host"])
+def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path, per_process):
+    """Byte for byte, per connection; in a host every site still has its own connection."""
     scenario, world = trial_zero(tmp_path)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
     sites = sorted(world.shards)
-    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path)
+    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path, sites_per_process=per_process)
     ledger = Ledger(tmp_path / "ledger.csv")
     procs.start()
     try:
@@ -41,7 +43,7 @@ def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path):
         channel.close()
     counted, relayed = proxy.compare(ledger)
     assert counted == relayed
-    assert len(relayed) == len(sites)
+    assert len(relayed) == len(sites) and len(procs.processes) == len(sites) // per_process
     assert (tmp_path / "ledger.csv").read_text().count("\n") == len(ledger.rows) + 1
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import time
 
+import pytest
 import yaml
 
 from runner.outputs import RunDirectory
@@ -13,9 +14,10 @@ METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},
            {"name": "fedcp2_qq", "epsilon": 5.0, "bins": {"count": 50, "lo": -3.0, "hi": 3.0}}]
 
 
-def write_scenario(path, faults):
+def write_scenario(path, faults, per_process=1):
     raw = yaml.safe_load((ROOT / "tests" / "scenarios" / "tiny.yaml").read_text())
     raw.update(trials=3, methods=METHODS, faults=faults)
+    raw.setdefault("runtime", {})["placement"] = {"sites_per_process": per_process}
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -32,9 +34,10 @@ def alive(pid):
     return True
 
 
-def test_a_killed_coordinator_resumes_without_repeating_or_losing_anything(tmp_path):
+@pytest.mark.parametrize("per_process", [1, 2], ids=["process-per-site", "hosts-of-2"])
+def test_a_killed_coordinator_resumes_without_repeating_or_losing_anything(tmp_path, per_process):
     kill = [{"action": "kill_coordinator", "trials": 1, "phase": "respond", "method": "centralized"}]
-    scenario = write_scenario(tmp_path / "killed.yaml", kill)
+    scenario = write_scenario(tmp_path / "killed.yaml", kill, per_process)
     out = tmp_path / "run"
     first = cli("run", str(scenario), "--out", str(out), check=False)
     assert first.returncode == -9  # SIGKILL, as scripted
@@ -45,6 +48,7 @@ def test_a_killed_coordinator_resumes_without_repeating_or_losing_anything(tmp_p
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "fault" and e["action"] == "kill_coordinator" for e in events)
     pids = [e["pid"] for e in events if e["event"] == "hello"]
+    assert len(pids) == 4 and len(set(pids)) == 4 // per_process  # placed as asked
     deadline = time.time() + 10
     while any(alive(pid) for pid in pids) and time.time() < deadline:
         time.sleep(0.2)

@@ -16,16 +16,19 @@ from tests.support import TINY
 BINS = {"count": 16, "lo": 0.0, "hi": "training"}
 
 
-def scenario(methods, faults=(), respond=10, trials=1) -> dict:
+def scenario(methods, faults=(), respond=10, trials=1, per_process=1) -> dict:
     raw = yaml.safe_load(TINY.read_text())
     raw.update(trials=trials, methods=methods, faults=list(faults), sites={"count": 6, "sizes": "equal"})
     raw["data"]["n"] = 6000
-    raw["runtime"] = {"deadlines": {"hello": 30, "join": 20, "respond": respond}}
+    raw["runtime"] = {"deadlines": {"hello": 30, "join": 20, "respond": respond},
+                      "placement": {"sites_per_process": per_process}}
     return validate_scenario(raw)
 
 
-def test_shuffled_run_equals_the_plain_method_at_the_local_epsilon(tmp_path):
-    run_study(scenario([{"name": "fedcp2_qq_shuffle", "epsilon": 3.0, "bins": BINS}]), tmp_path / "shuffled")
+@pytest.mark.parametrize("per_process", [1, 3], ids=["process-per-site", "hosts-of-3"])
+def test_shuffled_run_equals_the_plain_method_at_the_local_epsilon(tmp_path, per_process):
+    run_study(scenario([{"name": "fedcp2_qq_shuffle", "epsilon": 3.0, "bins": BINS}], per_process=per_process),
+              tmp_path / "shuffled")
     (shuffled,) = RunDirectory(tmp_path / "shuffled").read_results()
     assert shuffled["status"] == "ok", shuffled["reason"]
     e0 = float(shuffled["epsilon_local"])
