@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench/scale.py's run_one and watch (Quorum's interpreter only)
 
 
 def flower_worker(m: int, out: Path) -> None:
@@ -91,8 +92,7 @@ def flower_worker(m: int, out: Path) -> None:
 
 
 def quorum_side(m: int, workdir: Path) -> dict:
-    sys.path.insert(0, str(HERE))
-    from scale import run_one  # noqa: E402  (bench/scale.py, Quorum's interpreter)
+    from scale import run_one
 
     run = run_one(m, 1, workdir, methods=("fedcp_qq",))
     if run["exit_code"] != 0:
@@ -105,8 +105,7 @@ def quorum_side(m: int, workdir: Path) -> dict:
 
 
 def flower_side(m: int, flower_python: str, workdir: Path) -> dict:
-    sys.path.insert(0, str(HERE))
-    from scale import watch  # noqa: E402
+    from scale import watch
 
     out = workdir / f"flower-{m}.json"
     watched = watch([flower_python, str(Path(__file__).resolve()), "--worker", str(m), "--worker-out", str(out)])

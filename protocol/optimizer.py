@@ -28,7 +28,8 @@ from protocol.conformal import check_alpha
 from protocol.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule,
                               plan_quantile_of_quantiles, smallest_valid_k_unbalanced)
 from protocol.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
-from protocol.unbalanced import _bracket, _composite, coverage_unbalanced, finite_sites, site_cdfs
+from protocol.unbalanced import (_bracket, _composite, coverage_unbalanced, distinct_pairs, finite_sites,
+                                 site_cdfs)
 
 #: Search effort shrinks with m (each evaluation grows as m log^2 m): common levels tau tried
 #: as starts, TAU_EFFORT // m of them (at most TAU_GRID), and descents from the STARTS_EFFORT // m
@@ -157,7 +158,6 @@ def _evaluate(grid, sizes, ells, k, effects=True):
     coverage = a + float(w @ pmf[:, :k].sum(axis=1))
     if not effects:
         return coverage, None
-    pairs, first, inverse = np.unique(np.stack([sizes, ells.astype(float)]), axis=1,
-                                      return_index=True, return_inverse=True)
-    step = binom.pmf(pairs[1][None, :] - 1, pairs[0][None, :], t[:, None])  # Delta_j(t)
-    return coverage, (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1)))[inverse.reshape(-1)]
+    n, ell, inverse, first = distinct_pairs(sizes, ells)
+    step = binom.pmf(ell[None, :] - 1, n[None, :], t[:, None])  # Delta_j(t)
+    return coverage, (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1)))[inverse]

@@ -43,22 +43,22 @@ def site_cdfs(t: np.ndarray, sizes: np.ndarray, ells: np.ndarray) -> np.ndarray:
 
     Computed once per distinct (n_j, ell_j): thousands of sites have a few hundred of them.
     """
-    n, ell, inverse = distinct_pairs(sizes, ells)
+    n, ell, inverse, _ = distinct_pairs(sizes, ells)
     return betainc(ell, n - ell + 1, np.asarray(t, dtype=float)[:, None])[:, inverse]
 
 
-def distinct_pairs(sizes, ells) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct (n, ell) pairs and, per site, the index of its pair (cached: the planner
-    asks for the same orders many times)."""
+def distinct_pairs(sizes, ells) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (n, ell) pairs, per site the index of its pair, and per pair its first site
+    (cached: the planner asks for the same orders many times)."""
     sizes, ells = np.asarray(sizes, dtype=float), np.asarray(ells, dtype=float)
     return _distinct_pairs(sizes.tobytes(), ells.tobytes())
 
 
 @lru_cache(maxsize=64)
 def _distinct_pairs(sizes: bytes, ells: bytes):
-    pairs, inverse = np.unique(np.stack([np.frombuffer(sizes), np.frombuffer(ells)]), axis=1,
-                               return_inverse=True)
-    return pairs[0], pairs[1], inverse.reshape(-1)
+    pairs, first, inverse = np.unique(np.stack([np.frombuffer(sizes), np.frombuffer(ells)]), axis=1,
+                                      return_index=True, return_inverse=True)
+    return pairs[0], pairs[1], inverse.reshape(-1), first
 
 
 def finite_sites(sizes, ells) -> tuple[np.ndarray, np.ndarray]:
