@@ -6,9 +6,9 @@ With keys it runs CurveZMQ (transport.security); a secure coordinator channel ow
 ZeroMQ context, whose ZAP handler admits allow-listed site keys only.
 
 The coordinator's channel also watches its connections (ZeroMQ's socket monitor): a peer whose
-connection closes (its process died, was killed, or crashed its sockets shut) or whose kernel
-stops answering TCP keepalive probes is reported in `lost` at once, so the coordinator need not wait for a
-deadline to learn it. The monitor reports descriptors, not peers: every message received
+connection closes (its process died, was killed, or crashed its sockets shut) or, on another
+machine, whose kernel stops answering TCP keepalive probes is reported in `lost` at once, so
+the coordinator need not wait for a deadline to learn it. The monitor reports descriptors, not peers: every message received
 records the descriptor it came in on (ZMQ_SRCFD), which names the peer when that descriptor
 closes. A monitor event is always read before the messages that follow it, so a descriptor
 reused by a new connection is never blamed for the old one.
@@ -64,13 +64,37 @@ class _Channel:
 
 #: A vanished peer whose connection never closed (a machine gone, a network cut) is found by TCP
 #: keepalive: the kernels probe an idle connection after KEEPALIVE_IDLE_S, every
-#: KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES times. Not ZMTP heartbeats: those are answered by
-#: ZeroMQ's I/O threads, which a loaded machine can starve (at 10,000 CurveZMQ sites on 2 cores
-#: 3,121 live sites were reported lost with them; losses reported without them, at that scale,
-#: are still under investigation: README, "Many sites"); a kernel answers a probe regardless.
+#: KEEPALIVE_INTERVAL_S, and give it up after KEEPALIVE_PROBES unanswered probes (2 minutes).
+#: Not ZMTP heartbeats: those are answered by ZeroMQ's I/O threads, which a loaded machine can
+#: starve. Not with few probes either: connections that went idle together are probed together,
+#: and a burst of thousands of probes overflows the kernel's input queue (net.core.netdev_max_backlog)
+#: so some are dropped; with 3 probes, 1,347 of 10,000 idle loopback connections to live peers
+#: were aborted in 40 s, with 9 none (bench/keepalive_bursts.py). Only for peers on other
+#: machines: a process on this one cannot vanish without its kernel closing its connections.
 KEEPALIVE_IDLE_S = 30
 KEEPALIVE_INTERVAL_S = 10
-KEEPALIVE_PROBES = 3
+KEEPALIVE_PROBES = 9
+#: Connections the kernel holds for ZeroMQ to accept (ZeroMQ's default is 100; thousands of sites
+#: connect at once; the kernel caps it at net.core.somaxconn).
+ACCEPT_BACKLOG = 4096
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether every peer of a socket bound at `endpoint` runs on this machine: an ipc or inproc
+    endpoint, or TCP on a loopback address (127.0.0.0/8, ::1, localhost)."""
+    transport, _, address = endpoint.partition("://")
+    if transport in ("ipc", "inproc"):
+        return True
+    host = address.rpartition(":")[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def listener_options(endpoint: str) -> dict[int, int]:
+    """The socket options of a ROUTER bound at `endpoint`: the accept backlog, and TCP keepalive
+    for peers on other machines only (see KEEPALIVE_PROBES)."""
+    return {zmq.BACKLOG: ACCEPT_BACKLOG, zmq.TCP_KEEPALIVE: 0 if is_loopback(endpoint) else 1,
+            zmq.TCP_KEEPALIVE_IDLE: KEEPALIVE_IDLE_S, zmq.TCP_KEEPALIVE_INTVL: KEEPALIVE_INTERVAL_S,
+            zmq.TCP_KEEPALIVE_CNT: KEEPALIVE_PROBES}
 
 
 @dataclass(frozen=True)
@@ -93,10 +117,8 @@ class CoordinatorChannel(_Channel):
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished site raises, not drops
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
-        socket.setsockopt(zmq.TCP_KEEPALIVE, 1)
-        socket.setsockopt(zmq.TCP_KEEPALIVE_IDLE, KEEPALIVE_IDLE_S)
-        socket.setsockopt(zmq.TCP_KEEPALIVE_INTVL, KEEPALIVE_INTERVAL_S)
-        socket.setsockopt(zmq.TCP_KEEPALIVE_CNT, KEEPALIVE_PROBES)
+        for option, value in listener_options(endpoint).items():
+            socket.setsockopt(option, value)
         if keys is not None:
             secure_server(socket, keys)
         self.monitor = _monitor(context, socket, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
