@@ -68,17 +68,37 @@ def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_p
               idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None) -> None:
     import setproctitle
 
-    title = (f"quorum-site {site_ids[0]}" if len(site_ids) == 1
-             else f"quorum-host {name} {site_ids[0]}..{site_ids[-1]}")
-    setproctitle.setproctitle(title)
-    os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
+    setproctitle.setproctitle(host_title(name, site_ids))
     _log_to(log_path)
+    from transport.security import load_client_keys
+
+    keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
+    shuffler_keys = ({site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids}
+                     if key_dir and shuffler else None)
+    # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
+    # an unreaped zombie (a pid check would still find it "alive").
+    parent = multiprocessing.parent_process() if watch_parent else None
+    sys.exit(run_host(name, site_ids, endpoint, workdir, keys=keys, shuffler_keys=shuffler_keys,
+                      fault_rules=fault_rules, seed=seed, scenario=scenario, idle_timeout=idle_timeout,
+                      shuffler=shuffler, budget=budget, parent_alive=parent.is_alive if parent else None))
+
+
+def host_title(name: str, site_ids: list[str]) -> str:
+    return f"quorum-site {site_ids[0]}" if len(site_ids) == 1 else f"quorum-host {name} {site_ids[0]}..{site_ids[-1]}"
+
+
+def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, keys: dict | None,
+             shuffler_keys: dict | None, fault_rules: list, seed: int, scenario: dict | None,
+             idle_timeout: float | None, shuffler: str | None, budget: dict | None, parent_alive=None) -> int:
+    """Serve `site_ids` from this process until they finish (sites.host.serve's exit code). keys:
+    site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise for the shuffler."""
+    os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     from sites.agent import SiteAgent
     from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
     from sites.trials import TrialCache
     from transport.faults import FaultInjector
-    from transport.security import load_client_keys
 
+    title = host_title(name, site_ids)
     raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
     if budget is None and scenario is not None:
         budget = scenario["sites"]["budget"]
@@ -88,19 +108,15 @@ def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_p
     on_crash = crash_policy(agents)
     for site_id in site_ids:
         agents.append(SiteAgent(
-            site_id, endpoint, workdir, trials, context=context,
-            keys=load_client_keys(key_dir, site_id) if key_dir else None,
+            site_id, endpoint, workdir, trials, context=context, keys=keys[site_id] if keys else None,
             faults=FaultInjector(fault_rules, site_id, seed) if fault_rules else None,
             shuffler=shuffler, budget=budget, on_crash=on_crash,
-            shuffler_keys=load_client_keys(key_dir, site_id, server=SHUFFLER_ID) if key_dir and shuffler else None))
+            shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
-    # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
-    # an unreaped zombie (a pid check would still find it "alive").
-    parent = multiprocessing.parent_process() if watch_parent else None
-    code = serve(agents, parent_alive=parent.is_alive if parent else None, idle_timeout=idle_timeout)
+    code = serve(agents, parent_alive=parent_alive, idle_timeout=idle_timeout)
     context.term()
-    sys.exit(code)
+    return code
 
 
 def _log_to(log_path: str) -> None:
