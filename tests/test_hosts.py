@@ -249,3 +249,52 @@ def test_keepalive_probes_peers_on_other_machines_only_and_tolerates_lost_probes
         assert socket.getsockopt(zmq.TCP_KEEPALIVE_CNT) == remote[zmq.TCP_KEEPALIVE_CNT]
     finally:
         coordinator.close()
+
+
+def test_a_launcher_reports_lost_sites_from_another_thread_waking_the_coordinator_once_each():
+    """A launcher (runner.ray_hosts) that sees a host die reports its sites from its own thread:
+    a coordinator blocked in receive wakes at once, and a site is lost once whether its closing
+    connection or the report comes first; one that speaks again can be lost again."""
+    import threading
+
+    from transport.channel import CoordinatorChannel, SiteChannel
+
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    sites = {name: SiteChannel(channel.endpoint, name) for name in ("site-a", "site-b", "site-c")}
+    try:
+        for site in sites.values():
+            site.send("hello", 0, {"pid": 1})
+        heard = set()
+        while len(heard) < 3:
+            incoming = channel.receive(5.0)
+            heard |= {incoming.peer} if incoming is not None else set()
+        threading.Timer(0.3, channel.report_lost, args=(["site-a", "site-b"], "its host was lost")).start()
+        began = time.monotonic()
+        assert channel.receive(20.0) is None
+        assert time.monotonic() - began < 5.0, "the report did not wake the coordinator"
+        assert [(lost.peer, lost.reason) for lost in channel.lost] == [("site-a", "its host was lost"),
+                                                                     ("site-b", "its host was lost")]
+        channel.lost.clear()
+        sites.pop("site-a").close()  # its connection closes after the report: not lost twice
+        channel.report_lost(["site-b"], "again")  # already lost, not heard since: not twice
+        channel.receive(1.0)
+        channel.receive(0.5)
+        assert channel.lost == []
+        sites["site-c"].close()  # a connection closing first, then the report: once
+        sites.pop("site-c")
+        deadline = time.monotonic() + 5
+        while not channel.lost and time.monotonic() < deadline:
+            channel.receive(0.2)
+        channel.report_lost(["site-c"], "its host was lost")
+        channel.receive(0.5)
+        assert [lost.peer for lost in channel.lost] == ["site-c"]
+        channel.lost.clear()
+        sites["site-b"].send("hello", 0, {"pid": 1})  # speaks again, then is reported again
+        assert channel.receive(5.0).peer == "site-b"
+        channel.report_lost(["site-b"], "lost later")
+        channel.receive(1.0)
+        assert [(lost.peer, lost.reason) for lost in channel.lost] == [("site-b", "lost later")]
+    finally:
+        for site in sites.values():
+            site.close()
+        channel.close()

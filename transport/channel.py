@@ -16,7 +16,9 @@ reused by a new connection is never blamed for the old one.
 
 from __future__ import annotations
 
+import collections
 import itertools
+import os
 import time
 from dataclasses import dataclass
 
@@ -129,6 +131,11 @@ class CoordinatorChannel(_Channel):
         self.lost: list[Lost] = []  # connections lost since the caller last emptied the list
         self._peer_of: dict[int, str] = {}  # descriptor -> the peer whose messages came in on it
         self._descriptor_of: dict[str, int] = {}
+        self._gone: set[str] = set()  # peers reported lost that have not spoken since
+        self._reports: collections.deque[Lost] = collections.deque()  # from report_lost (any thread)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self.poller.register(self._wake_read, zmq.POLLIN)
 
     def send(self, site: str, mtype: str, session: int, payload: dict) -> int | None:
         """The message's size on the wire, or None when the site is not connected."""
@@ -163,13 +170,35 @@ class CoordinatorChannel(_Channel):
                             user_id=user_id)
         return self._decode(peer, frames[1].bytes, nbytes, user_id)
 
+    def report_lost(self, peers, reason: str) -> None:
+        """Report `peers` as lost from another thread (a launcher that saw their process or
+        machine die before, or without, their connections closing); a waiting `receive` wakes.
+        A peer already reported lost, and not heard from since, is not reported twice."""
+        for peer in peers:
+            self._reports.append(Lost(peer, reason))
+        os.write(self._wake_write, b"x")
+
     def _remember(self, fd: int, peer: str) -> None:
+        self._gone.discard(peer)
         old = self._descriptor_of.get(peer)
         if old is not None and old != fd and self._peer_of.get(old) == peer:
             del self._peer_of[old]
         self._peer_of[fd], self._descriptor_of[peer] = peer, fd
 
     def _read_monitor(self) -> None:
+        try:
+            os.read(self._wake_read, 4096)
+        except BlockingIOError:
+            pass
+        while self._reports:
+            lost = self._reports.popleft()
+            if lost.peer in self._gone:
+                continue
+            fd = self._descriptor_of.pop(lost.peer, None)
+            if fd is not None:
+                self._peer_of.pop(fd, None)  # its closing, when reported, then names no one
+            self._gone.add(lost.peer)
+            self.lost.append(lost)
         while self.monitor.poll(0):
             event = recv_monitor_message(self.monitor)
             fd = event["value"]
@@ -177,6 +206,7 @@ class CoordinatorChannel(_Channel):
             if peer is None:
                 continue
             self._descriptor_of.pop(peer, None)
+            self._gone.add(peer)
             # ACCEPTED on a descriptor still named: its closing was never reported; it is gone
             self.lost.append(Lost(peer, "its connection closed (the process ended or was killed, or its "
                                         "machine stopped answering TCP keepalive probes)"))
@@ -190,6 +220,8 @@ class CoordinatorChannel(_Channel):
             self.authenticator.stop()
         if self._own_context is not None:
             self._own_context.term()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
 
 def _monitor(context: zmq.Context, socket: zmq.Socket, events: int) -> zmq.Socket:
