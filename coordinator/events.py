@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,17 @@ class EventLog:
     def __init__(self, path: str | Path | None) -> None:
         self._handle = open(path, "a", buffering=1) if path is not None else None
         self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # a launcher's watcher thread writes too (runner.ray_hosts)
 
     def write(self, event: str, **fields: Any) -> None:
-        self.counts[event] = self.counts.get(event, 0) + 1
-        if self._handle is None:
-            return
         record = {"ts": round(time.time(), 6), "event": event, **fields}
-        self._handle.write(json.dumps(_jsonable(record), allow_nan=False) + "\n")
-        self._handle.flush()
+        line = json.dumps(_jsonable(record), allow_nan=False) + "\n"
+        with self._lock:
+            self.counts[event] = self.counts.get(event, 0) + 1
+            if self._handle is None:
+                return
+            self._handle.write(line)
+            self._handle.flush()
 
     def close(self) -> None:
         if self._handle is not None:

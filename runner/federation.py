@@ -33,24 +33,34 @@ class ProcessFederation:
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
                  runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
                  seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False,
-                 budget: dict | None = None) -> None:
+                 budget: dict | None = None, scenario: dict | None = None) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
         self.placement = placement(len(site_ids), runtime["placement"]["sites_per_process"])
+        self.launcher = runtime["launcher"] if local_sites else None
+        on_ray = self.launcher is not None and self.launcher["kind"] == "ray"
         # Before anything starts: can this machine hold the connections? (else: what to change)
         raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the coordinator")
-        if local_sites:
+        if local_sites and not on_ray:
             raise_open_files(descriptors_needed(self.placement.sites_per_process * (2 if shuffler else 1)),
                              f"a site host of {self.placement.sites_per_process} sites", check_only=True)
+        self._ray_connected = False
+        bind, shuffler_bind = runtime["bind"], runtime["shuffler_bind"]
+        if on_ray:
+            from runner import ray_hosts
+
+            self._ray_connected = ray_hosts.connect(self.launcher["address"])
+            bind, shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, shuffler_bind))
         keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
-        self.channel = CoordinatorChannel(runtime["bind"], keys=keys)
+        self.channel = CoordinatorChannel(bind, keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
-        self.shuffler = (ShufflerProcess(runtime["shuffler_bind"], self.channel.endpoint, log_dir, key_dir=key_dir,
+        self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
-        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget,
-                               sites_per_process=self.placement.sites_per_process)
+        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget)
+        self._scenario, self._hello_timeout = scenario, runtime["deadlines"]["hello"]
         self._site_dirs = (workdir, log_dir) if local_sites else None
         self.processes = None
+        self.placed: dict | None = None  # how the sites were placed (summary.json), once started
         self.present: list[str] = []
 
     def start(self) -> list[str]:
@@ -60,13 +70,24 @@ class ProcessFederation:
         if self.shuffler is not None:
             endpoint = self.shuffler.start()
             self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
-        if self._site_dirs is not None:
-            self.processes = SiteHosts(self.site_ids, self.channel.endpoint, *self._site_dirs,
-                                       shuffler=endpoint, **self._site_args)
+        if self._site_dirs is not None and self.launcher["kind"] == "ray":
+            from runner.ray_hosts import RayHosts
+
+            self.processes = RayHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, launcher=self.launcher,
+                                      events=self.events, on_lost=self.channel.report_lost, shuffler=endpoint,
+                                      scenario=self._scenario, start_timeout=self._hello_timeout, **self._site_args)
             self.processes.start()
-            self.events.write("placement", sites=len(self.site_ids), processes=len(self.processes.processes),
-                              sites_per_process=self.placement.sites_per_process, why=self.placement.why,
-                              pids=self.processes.pids())
+            self.placed = {"processes": len(self.processes.sites),
+                           "sites_per_process": max(map(len, self.processes.sites.values())), "why": self.processes.why}
+            self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids(),
+                              nodes=self.processes.nodes())
+        elif self._site_dirs is not None:
+            self.processes = SiteHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, shuffler=endpoint,
+                                       sites_per_process=self.placement.sites_per_process, **self._site_args)
+            self.processes.start()
+            self.placed = {"processes": len(self.processes.processes),
+                           "sites_per_process": self.placement.sites_per_process, "why": self.placement.why}
+            self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids())
         self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffler is not None)
         return self.present
 
@@ -89,6 +110,10 @@ class ProcessFederation:
             self.shuffler.stop()
             self.events.write("shuffler_stopped", exit_code=self.shuffler.process.exitcode)
         self.channel.close()
+        if self._ray_connected:
+            import ray
+
+            ray.shutdown()
 
 
 class InProcessFederation:

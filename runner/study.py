@@ -86,7 +86,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
-                                       shuffler=shuffled, budget=scenario["sites"]["budget"])
+                                       shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario)
     else:
         federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"])
     started = time.time()
@@ -142,7 +142,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
         "communication": communication(read_ledger(rundir.ledger)), "events": events.counts,
         "privacy": privacy_summary(spent, budget),
-        "placement": _placement(federation),
+        "placement": getattr(federation, "placed", None),
     }
     rundir.write_summary(summary)
     try:
@@ -151,15 +151,6 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     except Exception as exc:  # a plot must never cost the results already written
         EventLog(rundir.events).write("plot_failed", reason=f"{type(exc).__name__}: {exc}")
     return summary
-
-
-def _placement(federation) -> dict | None:
-    """How the sites were placed in processes (processes backend with local sites), else None."""
-    placed, processes = getattr(federation, "placement", None), getattr(federation, "processes", None)
-    if placed is None or processes is None:
-        return None
-    return {"processes": len(processes.processes), "sites_per_process": placed.sites_per_process,
-            "why": placed.why}
 
 
 def _fedcp_qq_orders(scenario: dict):

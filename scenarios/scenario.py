@@ -8,8 +8,8 @@ Top-level fields (see README, "Scenario format"):
               privacy budget, protocol.accounting.BUDGET_FIELDS)
     model     kind, device, params (models.MODELS[kind].PARAMS)
     methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
-    runtime   bind address, per-phase deadlines, transport security (curve or plain), key directory
-              and placement (sites per OS process)
+    runtime   bind address, per-phase deadlines, transport security (curve or plain), key directory,
+              placement (sites per OS process) and launcher (this machine, or a Ray cluster)
     faults    scripted faults (transport.faults)
 """
 
@@ -54,6 +54,15 @@ SCENARIO_FIELDS = {
         "keys": {"type": "str", "default": ""},  # a key directory; empty: new keys for each run
         "placement": {"type": "map", "fields": {  # how many sites each OS process serves (runner.processes)
             "sites_per_process": {"type": "int_or", "choices": ["auto"], "min": 1, "default": "auto"},
+        }},
+        "launcher": {"type": "map", "fields": {  # where the site hosts run (runner.ray_hosts)
+            "kind": {"type": "str", "choices": ["local", "ray"], "default": "local"},
+            "address": {"type": "str", "default": "auto"},  # ray: auto | local | HOST:PORT | ray://HOST:PORT
+            "hosts": {"type": "int_or", "choices": ["auto"], "min": 1, "default": "auto"},
+            "resources": {"type": "map", "fields": {  # what each host actor asks Ray for
+                "num_cpus": {"type": "float", "ge": 0, "default": 1.0},
+                "num_gpus": {"type": "float", "ge": 0, "default": 0.0},
+            }},
         }},
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
