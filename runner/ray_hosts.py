@@ -128,7 +128,9 @@ def _actor_class():
             from runner.processes import host_title, run_host
 
             setproctitle.setproctitle(host_title(name, site_ids))
-            if not Path(workdir).is_dir():  # a node that does not see the run's directory: its own
+            if Path(log_dir).is_dir():  # this node sees the run's directory (one machine, a shared file system)
+                Path(workdir).mkdir(parents=True, exist_ok=True)
+            else:  # it does not: a directory of its own on its node
                 workdir = log_dir = tempfile.mkdtemp(prefix=f"quorum-{name}-")
             handler = logging.FileHandler(Path(log_dir) / f"{name}.log")
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

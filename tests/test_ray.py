@@ -50,6 +50,9 @@ def test_a_run_on_ray_spreads_hosts_over_nodes_and_equals_the_local_run(cluster,
     out = tmp_path / "ray"
     summary = run_study(on_ray(cluster, hosts=3), out)
     assert comparable(RunDirectory(out).read_results()) == comparable(RunDirectory(local).read_results())
+    # the sites kept their privacy accounts in the run's directory, as local sites do
+    assert (out / "privacy.csv").read_text() == (local / "privacy.csv").read_text()
+    assert len((out / "privacy.csv").read_text().splitlines()) == 1 + 8 * 3
     events = events_of(out)
     placed = next(e for e in events if e["event"] == "placement")
     assert placed["processes"] == 3 and summary["placement"]["processes"] == 3
