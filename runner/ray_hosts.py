@@ -25,7 +25,6 @@ import math
 import os
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from protocol.wire import SHUFFLER_ID
@@ -252,9 +251,8 @@ class RayHosts:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Wait for hosts told to shut down; kill the actors that did not end."""
-        deadline = time.monotonic() + timeout
-        while self._serving and self._watcher.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        if self._watcher.is_alive():  # it ends once every host's serve call has returned
+            self._watcher.join(timeout=timeout)
         self._stopping.set()
         if self._watcher.is_alive():
             self._watcher.join(timeout=2.0)
