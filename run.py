@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from scenarios.schema import ScenarioError
+from specs.schema import ScenarioError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -180,9 +180,9 @@ def plan(alpha, m, n, sizes, optimize, dropouts, as_json, table):
     Equal sizes (--sites, --n): eq. 6. Unequal (--sizes): the paper's rule
     ell_j = ceil((1-alpha)(n_j+1)), or with --optimize per-site orders closest to 1 - alpha.
     """
-    from protocol.optimizer import plan_optimized
-    from protocol.orderstats import qq_coverage_table
-    from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles
+    from stats.optimizer import plan_optimized
+    from stats.orderstats import qq_coverage_table
+    from stats.planner import plan_paper_rule, plan_quantile_of_quantiles
 
     if not 0 < alpha < 1:
         raise click.BadParameter("must lie in (0, 1)", param_hint="--alpha")

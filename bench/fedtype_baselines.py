@@ -40,7 +40,7 @@ DIGITS, BLOBS = "scenarios/fedtype-digits.yaml", "scenarios/fedtype-blobs.yaml"
 REGIMES = {
     "digits-a0.5-8": (DIGITS, []),
     # 12 sites: 142 rows each, 14 conformal points (20 sites would leave 8, fewer than the 9 that
-    # theta = 0.1 needs; FedType refuses such sites: protocol.methods.fedtype.smallest_calibration)
+    # theta = 0.1 needs; FedType refuses such sites: stats.conformal.smallest_calibration)
     "digits-a1.0-12": (DIGITS, ["sites.count=12", "sites.heterogeneity.concentration=1.0"]),
     "digits-a0.1-12": (DIGITS, ["sites.count=12", "sites.heterogeneity.concentration=0.1"]),
     "blobs-a0.3-10": (BLOBS, []),

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.synthetic import paper001_chi2, paper001_uniform  # noqa: E402
-from protocol.ddg import bin_edges, flat_histogram, quantile_error  # noqa: E402
+from stats.ddg import bin_edges, flat_histogram, quantile_error  # noqa: E402
 from protocol.inprocess import run_session  # noqa: E402
 from protocol.methods import METHODS  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Paper 004 section 5.4: federated quantile estimates of Gamma(r) data spread over table 1's
 centres with scale heterogeneity, MSE of the normalized error (Q-hat - Q) / sqrt(r).
 
-The estimators use the pure halves (protocol.kanon, protocol.fedquantiles) in one process: the
+The estimators use the pure halves (stats.kanon, stats.fedquantiles) in one process: the
 K-anonymous table built centre by centre (largest first) for the naive and YJ table estimates,
 per-centre moments on a lambda grid for the one-pass YJ likelihood, and the pooled sample
 quantile that the iterative quantile loss (eq. 4) converges to.
@@ -22,9 +22,9 @@ from scipy import optimize, stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.fedquantiles import (lambda_grid, naive_table_quantile, yj_likelihood_quantile,  # noqa: E402
-                                   yj_site_moments, yj_table_quantile)
-from protocol.kanon import apply_release, first_release, join_release  # noqa: E402
+from stats.fedquantiles import (lambda_grid, naive_table_quantile, yj_likelihood_quantile,  # noqa: E402
+                                yj_site_moments, yj_table_quantile)
+from stats.kanon import apply_release, first_release, join_release  # noqa: E402
 
 TABLE_1 = {3: [698, 476, 326], 5: [492, 368, 276, 208, 156], 10: [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]}
 LEVELS = (0.02, 0.25, 0.5, 0.75, 0.98)

@@ -21,9 +21,10 @@ from coordinator.events import EventLog
 from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
-from protocol.randomness import join_session, method_session, site_rng
+from protocol.sessions import join_session, method_session
 from protocol.shuffle import anonymous_label
 from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
+from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
 from transport.faults import FaultInjector, kill_self
 from transport.ledger import Ledger, handshake_bytes

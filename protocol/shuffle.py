@@ -11,7 +11,7 @@ the ciphertexts in a uniformly random order drawn from the operating system's CS
 set of senders (who took part is no secret; who sent what is) and nothing else about them.
 A batch holding fewer ciphertexts than its `minimum` is withheld: the shuffler forwards the
 senders and the reason but no ciphertext, because the amplification the sites' local epsilon
-was chosen for needs that many messages in the shuffle (protocol.amplification).
+was chosen for needs that many messages in the shuffle (stats.amplification).
 The shuffler holds ciphertexts only: it has no key that opens them.
 """
 

@@ -14,16 +14,17 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
-from protocol.randomness import method_session, site_rng
+from protocol.sessions import method_session
 from protocol.wire import SHUFFLER_ID
 from runner.processes import ShufflerProcess, SiteHosts, placement
+from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
 from sites.trials import TrialCache
+from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
 from transport.security import load_server_keys
-from sites.host import descriptors_needed, raise_open_files
 
 
 class ProcessFederation:

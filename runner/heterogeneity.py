@@ -23,7 +23,7 @@ from scipy.special import betainc
 
 from data.heterogeneity import blended_key, shift_response
 from models.scores import SCORES
-from protocol.poissonbinomial import poisson_binomial_pmf
+from stats.poissonbinomial import poisson_binomial_pmf
 
 EVALUATION_POINTS = 400
 MIN_BLOCK = 30

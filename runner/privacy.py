@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from protocol.accounting import Budget, SiteAccount, basic_composition
-from protocol.randomness import method_session
+from protocol.sessions import method_session
 from sites.storage import account_path, read_account
 
 COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",

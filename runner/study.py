@@ -17,23 +17,23 @@ import numpy as np
 
 from coordinator.events import EventLog
 from data.heterogeneity import shift_response
+from protocol.accounting import Budget
+from protocol.codecs import CODECS
 from protocol.methods import METHODS, Outcome
+from protocol.wire import SHUFFLER_ID
 from runner.federation import InProcessFederation, ProcessFederation
+from runner.heterogeneity import HeterogeneityReport
 from runner.outputs import RunDirectory
 from runner.plots import learning_plot, run_plots
 from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
-from protocol.randomness import trial_rng
-from runner.heterogeneity import HeterogeneityReport
 from runner.report import communication, summarize
-from transport.faults import resolve_rules
-from transport.ledger import Ledger, read_ledger
-from protocol.accounting import Budget
-from protocol.codecs import CODECS
-from protocol.wire import SHUFFLER_ID
-from transport.security import generate_keys
-from world.trial import TrialWorld, build_trial, site_ids
 from scenarios.scenario import method_params
 from sites.storage import remove_trial, write_trial
+from stats.randomness import trial_rng
+from transport.faults import resolve_rules
+from transport.ledger import Ledger, read_ledger
+from transport.security import generate_keys
+from world.trial import TrialWorld, build_trial, site_ids
 
 BACKENDS = ("processes", "inprocess")
 
@@ -219,7 +219,7 @@ def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | N
     indices = details.get("quantile_indices")
     if not indices:
         return None
-    from protocol.ddg import flat_histogram
+    from stats.ddg import flat_histogram
 
     included = details.get("included") or list(world.site_scores)
     values = np.concatenate([world.site_scores[s] for s in included])

@@ -26,7 +26,7 @@ from runner.outputs import RunDirectory
 from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
 from runner.study import run_study
 from scenarios.scenario import load_scenario
-from scenarios.schema import ScenarioError
+from specs.schema import ScenarioError
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
                  "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",

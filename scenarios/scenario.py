@@ -23,7 +23,7 @@ from data.split import site_sizes
 from models import MODELS
 from protocol.accounting import BUDGET_FIELDS
 from protocol.methods import METHODS
-from scenarios.schema import ScenarioError, apply_overrides, read_yaml, validate
+from specs.schema import ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
 
 SCENARIO_FIELDS = {

@@ -27,7 +27,7 @@ import zmq
 
 from protocol.methods import RequestError
 from protocol.phases import SequenceGuard
-from protocol.randomness import SESSIONS_PER_TRIAL
+from protocol.sessions import SESSIONS_PER_TRIAL
 from protocol.wire import COORDINATOR_TO_SITE
 from sites.local import SiteLocal
 from sites.trials import TrialCache

@@ -19,9 +19,10 @@ import numpy as np
 from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
 from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
-from protocol.randomness import SESSIONS_PER_TRIAL, site_rng
+from protocol.sessions import SESSIONS_PER_TRIAL
 from sites.storage import append_account, read_account
 from sites.trials import TrialCache
+from stats.randomness import site_rng
 
 
 class SiteLocal:

@@ -11,12 +11,13 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from protocol.ddg import (bin_edges, ddg_concentrated_epsilon, discrete_gaussian, dyadic_partition,
-                          estimated_cdf, flat_histogram, hierarchical_cumulative, hierarchical_from_flat,
-                          histogram_concentrated_epsilon, histogram_epsilon, histogram_sensitivities, psi,
-                          quantile_error, quantile_index, ring_bits_required, scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
 from protocol.inprocess import run_session
 from protocol.methods import METHODS
+from protocol.noise import discrete_gaussian
+from stats.ddg import (bin_edges, ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
+                       hierarchical_cumulative, hierarchical_from_flat, histogram_concentrated_epsilon,
+                       histogram_epsilon, histogram_sensitivities, psi, quantile_error, quantile_index,
+                       ring_bits_required, scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
 
 dp.enable_features("contrib")
 

@@ -9,11 +9,11 @@ import json
 import pytest
 import yaml
 
-from protocol.orderstats import qq_coverage
-from protocol.planner import COVERAGE_TOLERANCE
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import validate_scenario
+from stats.orderstats import qq_coverage
+from stats.planner import COVERAGE_TOLERANCE
 from tests.support import TINY
 
 METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},

@@ -11,17 +11,17 @@ import pytest
 import torch
 
 from learning.nets import build_net, get_weights, parameter_count
-from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal, fit_temperature,
-                           forward_kd_loss, raps_scores, softmax)
+from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
+                           fit_temperature, forward_kd_loss, raps_scores, softmax)
 from protocol.codecs import CODECS, PayloadError
-from protocol.codecs.tensors import Tensors, pack_tensors, unpack_tensors
+from protocol.codecs.tensors import Tensors, pack_tensors
 from protocol.inprocess import drive
 from protocol.methods import METHODS
 from protocol.methods.learning_rounds import sample_sites, weighted_average
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import load_scenario
-from scenarios.schema import ScenarioError
+from specs.schema import ScenarioError
 from transport.ledger import read_ledger
 
 SMALL = ["trials=1", "sites.count=4", "data.n=1200", "methods.*.rounds=3", "methods.*.fraction=1.0"]
@@ -253,8 +253,8 @@ def test_a_site_that_gets_no_setup_or_a_bad_architecture_refuses_with_the_reason
 
 @pytest.mark.parametrize("theta", [0.05, 0.1, 0.2, 0.3, 0.5])
 def test_smallest_calibration_is_the_least_split_with_a_finite_threshold(theta):
-    from protocol.conformal import split_conformal_threshold
-    from protocol.methods.fedtype import smallest_calibration
+    from stats.conformal import split_conformal_threshold
+    from stats.conformal import smallest_calibration
 
     finite = [n for n in range(1, 60) if math.isfinite(split_conformal_threshold(np.arange(n, dtype=float), theta))]
     assert smallest_calibration(theta) == finite[0] and finite == list(range(finite[0], 60))

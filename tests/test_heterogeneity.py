@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol.conformal import order_statistic, quantile_of_quantiles
-from protocol.unbalanced import coverage_unbalanced
 from runner.heterogeneity import HeterogeneityReport, proposition_34, site_summary
 from runner.study import _fedcp_qq_orders
-from world.trial import build_trial
 from scenarios.scenario import validate_scenario
+from stats.conformal import order_statistic, quantile_of_quantiles
+from stats.unbalanced import coverage_unbalanced
+from world.trial import build_trial
 from tests.oracles import binomial_tolerance
 
 

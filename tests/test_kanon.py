@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.kanon import (KAnonymityError, Release, Table, apply_release, check_release, first_release,
-                            greedy_cuts, join_release, k_anonymous_cells, site_counts, valid_count)
+from stats.kanon import (KAnonymityError, Release, Table, apply_release, check_release, first_release,
+                         greedy_cuts, join_release, k_anonymous_cells, site_counts, valid_count)
 
 # Values on a coarse grid make ties common; sizes from 0 up, so tiny sites and empty groups occur.
 values = st.lists(st.integers(-6, 6).map(lambda v: v / 2), min_size=0, max_size=60)

@@ -11,7 +11,7 @@ import pytest
 from models import MODELS
 from models.scores import SCORES, aps_score, aps_set, cumulative_mass, lac_score, lac_set
 from models.torch_nets import resolve_device
-from protocol.conformal import split_conformal_threshold
+from stats.conformal import split_conformal_threshold
 from tests.oracles import binomial_tolerance
 
 CLASSIFICATION_SCORES = {"lac": {}, "aps": {"penalty": 0.0, "k_reg": 0}, "raps": {"penalty": 0.05, "k_reg": 2}}
@@ -99,7 +99,7 @@ def test_cqr_net_learns_the_conditional_quantiles():
 
 
 def default_params(kind):
-    from scenarios.schema import validate
+    from specs.schema import validate
 
     return validate({"type": "map", "fields": MODELS[kind].PARAMS}, {}, "model.params")
 

@@ -11,17 +11,18 @@ from scipy import stats
 
 from protocol.codecs import CODECS, PayloadError
 from protocol.codecs.summary import Summary
-from protocol.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
 from protocol.inprocess import drive, run_session
-from protocol.kanon import valid_count
-from protocol.mannwhitney import SiteStatistic, fisher_p_value, p_value, site_statistic, t_sum, t_weighted, z_score
 from protocol.methods import METHODS, RequestError
 from runner.outputs import RunDirectory
 from runner.study import run_study
-from world.trial import build_trial
 from scenarios.scenario import load_scenario, validate_scenario
-from scenarios.schema import ScenarioError
+from specs.schema import ScenarioError
+from stats.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
+from stats.kanon import valid_count
+from stats.mannwhitney import (fisher_p_value, p_value, site_statistic, t_sum, t_weighted,
+                               z_score)
 from transport.ledger import read_ledger
+from world.trial import build_trial
 
 MWU_SCENARIO = "scenarios/paper004/mwu-3-centres.yaml"
 QUANTILE_SCENARIO = "scenarios/paper004/quantiles-5-centres.yaml"

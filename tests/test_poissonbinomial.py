@@ -11,11 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import poissonbinomial as pb
-from protocol.optimizer import plan_optimized
-from protocol.planner import COVERAGE_TOLERANCE, plan_paper_rule
-from protocol.unbalanced import (coverage_unbalanced, coverage_window, site_cdfs,
-                                 smallest_order_reaching)
+from stats import poissonbinomial as pb
+from stats.optimizer import plan_optimized
+from stats.planner import COVERAGE_TOLERANCE, plan_paper_rule
+from stats.unbalanced import coverage_unbalanced, coverage_window, site_cdfs, smallest_order_reaching
 
 
 def _orders_at(tau, sizes):

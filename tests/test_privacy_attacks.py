@@ -22,15 +22,14 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from protocol.accounting import Budget, SiteAccount, Spend, basic_composition, pld_composition
-from protocol.inprocess import drive
-from protocol.kanon import KAnonymityError, check_release, first_release, join_release
-from protocol.methods import METHODS, RequestError
+from protocol.methods import RequestError
 from protocol.methods.kanon_table import table_request
 from protocol.methods.private_bin import bin_spend
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import validate_scenario
 from sites.local import SiteLocal
+from stats.kanon import KAnonymityError, check_release, first_release, join_release
 from tests.support import TINY
 
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -260,7 +259,7 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
 
 
 def test_a_site_counts_the_central_epsilon_only_when_amplification_backs_it():
-    from protocol.amplification import shuffled_epsilon
+    from stats.amplification import shuffled_epsilon
 
     backed = shuffled_epsilon(2.0, 1000, 1e-6)
     spend = bin_spend({"epsilon": 2.0, "central": {"epsilon": backed * 1.001, "delta": 1e-6, "messages": 1000}})

@@ -149,7 +149,7 @@ def test_the_local_launcher_never_imports_ray_and_a_bad_launcher_is_named(tmp_pa
     import subprocess
     import sys
 
-    from scenarios.schema import ScenarioError
+    from specs.schema import ScenarioError
     from tests.test_cli import ROOT
 
     code = ("import sys, pathlib; from runner.study import run_study; from tests.test_hosts import scenario; "

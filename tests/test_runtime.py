@@ -10,10 +10,10 @@ import zmq
 from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
-from protocol.planner import plan_quantile_of_quantiles, replan_server_order
 from runner.processes import SiteHosts
 from runner.study import run_study
 from scenarios.scenario import load_scenario
+from stats.planner import plan_quantile_of_quantiles, replan_server_order
 from transport.channel import CoordinatorChannel
 
 from tests.support import TINY, one_live_site, start_fakes, stop_fakes
@@ -166,8 +166,8 @@ def test_result_cells_are_plain_numbers(tmp_path):
 
 
 def test_unequal_sizes_with_a_dropout_robust_plan_over_the_network(tmp_path):
-    from protocol.optimizer import plan_optimized
-    from protocol.planner import replan_after_dropouts
+    from stats.optimizer import plan_optimized
+    from stats.planner import replan_after_dropouts
 
     sizes = [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]
     channel = CoordinatorChannel("tcp://127.0.0.1:*")

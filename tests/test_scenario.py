@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from scenarios.scenario import load_scenario
-from scenarios.schema import ScenarioError, apply_overrides
+from specs.schema import ScenarioError, apply_overrides
 from tests.test_data import HAVE_DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent

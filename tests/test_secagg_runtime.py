@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import yaml
 
-from protocol.ddg import bin_edges, flat_histogram, quantile_index
 from runner.outputs import RunDirectory
 from runner.study import run_study
-from world.trial import build_trial
 from scenarios.scenario import validate_scenario
+from stats.ddg import bin_edges, flat_histogram, quantile_index
+from world.trial import build_trial
 from tests.support import TINY
 
 BINS = {"count": 16, "lo": 0.0, "hi": 3.0}

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from protocol.randomness import stable_key
 from protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
+from stats.randomness import stable_key
 
 SITE_ACTIONS = ("crash", "kill_host", "straggle", "delay")
 MESSAGE_ACTIONS = ("drop", "duplicate", "reorder", "corrupt")

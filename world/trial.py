@@ -18,7 +18,7 @@ from data.heterogeneity import assign_sites, shift_response, site_shifts, treatm
 from data.sources import SOURCES
 from data.split import site_sizes, split_indices, standardize
 from models import MODELS, Model
-from protocol.randomness import trial_rng
+from stats.randomness import trial_rng
 
 
 @dataclass

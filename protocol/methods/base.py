@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from protocol.accounting import Spend
-from protocol.conformal import order_statistic
+from stats.conformal import order_statistic
 
 #: what a method whose privacy depends on how many sites answer does when fewer answered than
 #: planned: abort before anything is released (default), or release and say so (status "shortfall")

@@ -24,17 +24,18 @@ import math
 
 import numpy as np
 
-from protocol.ddg import (ACCOUNTING, bin_edges, centred, discrete_gaussian, estimated_cdf, flat_histogram,
-                          hierarchical_cumulative, hierarchical_histogram, histogram_epsilon, quantile_index,
-                          ring_bits_required, scaling_for_epsilon, to_ring)
 from protocol.accounting import Spend
 from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
 from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
-from protocol.dp import Bins
 from protocol.methods.private_bin import bins_from_request
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.noise import discrete_gaussian
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
+from stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
+                       hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
+                       scaling_for_epsilon, to_ring)
+from stats.dp import Bins
 
 SECAGG_SPEC = {"type": "map", "fields": {
     "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},

@@ -16,13 +16,13 @@ import math
 import numpy as np
 
 from protocol.codecs.summary import Summary
-from protocol.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank, quantile_loss_terms,
-                                   yj_likelihood_fit, yj_likelihood_quantile, yj_site_moments, yj_table_fit,
-                                   yj_table_quantile)
-from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError, Send,
-                                   SiteHalf, expect_empty, levels_from_request, two_sample_values)
-from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
-                                          table_request, table_spend)
+from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError,
+                                   Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
+from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
+                                          table_codec, table_request, table_spend)
+from stats.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank,
+                                quantile_loss_terms, yj_likelihood_fit, yj_likelihood_quantile,
+                                yj_site_moments, yj_table_fit, yj_table_quantile)
 
 LEVELS = [0.02, 0.25, 0.5, 0.75, 0.98]  # section 5.4
 LEVELS_SPEC = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": LEVELS}

@@ -12,19 +12,12 @@ dropouts re-plan k at the adjusted level for the sites that answered, as in FedC
 
 from __future__ import annotations
 
-import itertools
-import math
-from functools import lru_cache
-
-import numpy as np
 
 from protocol.codecs import CODECS
-from protocol.dp import Bins, correction_order
 from protocol.methods.base import OneShotMethod, Outcome, Planned
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
-from protocol.orderstats import qq_coverage
-from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
-from protocol.unbalanced import coverage_unbalanced
+from stats.dp import Bins
+from stats.planner import choose_gamma, k_after_dropouts
 
 BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 1, "default": 100},
@@ -114,60 +107,6 @@ class FedCP2QQ(OneShotMethod):
             raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
                              f"resolve them with for_trial()")
         return self.bins
-
-
-MAX_CANDIDATES = 5000
-
-
-def k_after_dropouts(sizes: dict[str, int], ells: dict[str, int], dropped, answers: int,
-                     level_alpha: float) -> int | str:
-    """k for the sites whose bins arrived (replan_after_dropouts), or why there is none. Answers
-    may be anonymous (a shuffled batch): the senders are known, but when some of their
-    ciphertexts did not open, not which. Then every possible set of `answers` senders is tried
-    and the largest k kept (coverage grows with k), so the guarantee holds whichever it was."""
-    senders = [s for s in sorted(sizes) if s not in dropped]
-    groups = sorted({(sizes[s], ells[s]) for s in senders})
-    if len(senders) == answers or len(groups) == 1:
-        candidates = [senders[:answers]]
-    elif math.comb(len(senders), answers) <= MAX_CANDIDATES:
-        candidates = itertools.combinations(senders, answers)
-    else:
-        return (f"{len(senders) - answers} of {len(senders)} sealed messages did not open and the sites "
-                f"differ in size: too many possibilities ({len(senders)} choose {answers}) to plan for all")
-    best = None
-    for chosen in candidates:
-        replanned = replan_after_dropouts([sizes[s] for s in chosen], [ells[s] for s in chosen], level_alpha)
-        if replanned.infinite:
-            return replanned.reason
-        best = replanned.k if best is None else max(best, replanned.k)
-    return best
-
-
-@lru_cache(maxsize=256)
-def choose_gamma(sizes: tuple[int, ...], alpha: float, epsilon: float, bins: int, grid: int, dropouts: int):
-    """Paper 000 section 4, 'Choosing gamma': over gamma = 1/(G+1), ..., G/(G+1), the feasible
-    plan whose proxy M[ell_gamma + ell_cor, k_gamma] is smallest. Returns
-    (gamma, plan at the adjusted level, ell_cor, proxy) or None when no gamma is feasible."""
-    m = len(sizes)
-    equal = len(set(sizes)) == 1
-    best = None
-    for gamma in np.arange(1, grid + 1) / (grid + 1):
-        level_alpha = 1.0 - (1.0 - alpha) / (1.0 - gamma * alpha)
-        if level_alpha <= 0:
-            continue
-        plan = (plan_quantile_of_quantiles(m, sizes[0], level_alpha, dropouts) if equal
-                else plan_paper_rule(sizes, level_alpha, dropouts))
-        if plan.infinite:
-            continue
-        correction = correction_order(epsilon, bins, gamma, alpha, m)
-        raised = [e + correction for e in plan.ells]
-        if any(r > n for r, n in zip(raised, sizes)):
-            continue
-        proxy = (float(qq_coverage(m, sizes[0], raised[0], plan.k)) if equal
-                 else coverage_unbalanced(sizes, raised, plan.k))
-        if best is None or proxy < best[3]:
-            best = (float(gamma), plan, correction, proxy)
-    return best
 
 
 def _maybe_bins(spec: dict) -> Bins | dict:

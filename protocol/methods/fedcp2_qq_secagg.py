@@ -20,7 +20,6 @@ import math
 import numpy as np
 
 from protocol.codecs.secagg_ddg import SecAggDDG
-from protocol.dp import Bins
 from protocol.methods.base import Outcome, RequestError
 from protocol.methods.ddg_quantile import SECAGG_SPEC, _Refused
 from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
@@ -29,6 +28,7 @@ from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
+from stats.dp import Bins
 
 
 class FedCP2QQSecAgg(FedCP2QQShuffled):

@@ -3,7 +3,7 @@ aggregation'; Feldman, McMillan and Talwar 2021).
 
 The scenario asks for a central (epsilon, delta). Each site runs the exponential mechanism of
 FedCP²-QQ with the largest epsilon_0 whose shuffle of the m - dropouts messages the coordinator
-is sure to receive is (epsilon, delta)-DP (protocol.amplification.local_epsilon_for); ell_cor
+is sure to receive is (epsilon, delta)-DP (stats.amplification.local_epsilon_for); ell_cor
 uses that epsilon_0, so it shrinks roughly as 1 / sqrt(m). Bins are sealed to the coordinator's
 session key and travel through the shuffler process; the coordinator takes the k-th smallest of
 the anonymous batch exactly as FedCP²-QQ does (coverage >= 1 - alpha by theorem 4.1 at
@@ -26,13 +26,12 @@ and the reading paper 000 section 4 takes for sites holding many.
 
 from __future__ import annotations
 
-from functools import lru_cache
 
-from protocol.amplification import local_epsilon_for, shuffled_epsilon
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
 from protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
 from protocol.methods.fedcp2_qq import FedCP2QQ
+from stats.amplification import local_epsilon_for, shuffled_epsilon
 
 DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
 
@@ -57,7 +56,7 @@ class FedCP2QQShuffled(FedCP2QQ):
         return max(1, sites - self.dropouts)
 
     def local_epsilon(self, sites: int) -> float:
-        return amplified_local_epsilon(self.epsilon, self.planned_messages(sites), self.delta)
+        return local_epsilon_for(self.epsilon, self.planned_messages(sites), self.delta)
 
     def make_codec(self):
         return Shuffle(ExpMechBins(self._bins().count))
@@ -92,11 +91,6 @@ class FedCP2QQShuffled(FedCP2QQ):
         if self.on_shortfall == "abort":
             return Outcome.aborted(reason + "; nothing released (on_shortfall: abort)", **outcome.details)
         return outcome.short_of_privacy(reason)
-
-
-@lru_cache(maxsize=256)
-def amplified_local_epsilon(epsilon: float, parties: int, delta: float) -> float:
-    return local_epsilon_for(epsilon, parties, delta)
 
 
 def shortfall_reason(inputs: int, planned: int, obtained: float, epsilon: float, delta: float) -> str:

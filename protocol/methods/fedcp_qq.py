@@ -13,10 +13,10 @@ keeps the guarantee the outcome is the infinite set, with the reason.
 
 from __future__ import annotations
 
-from protocol.conformal import quantile_of_quantiles
 from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
-from protocol.optimizer import plan_optimized
-from protocol.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
+from stats.conformal import quantile_of_quantiles
+from stats.optimizer import plan_optimized
+from stats.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
 
 PLANNERS = ("auto", "optimal", "paper_rule", "optimized")
 

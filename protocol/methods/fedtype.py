@@ -13,15 +13,14 @@ any phase carries it (tests/test_fedtype.py checks the bytes on the wire).
 
 from __future__ import annotations
 
-from typing import ClassVar
 
-from learning.uarl import BACKWARD_LOSSES
 from learning.nets import accuracy, build_net, get_weights, parameter_count
-from protocol.conformal import split_conformal_order
+from learning.uarl import BACKWARD_LOSSES
 from protocol.methods.base import RequestError
 from protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
                                               LearningMethod, LearningSite)
-from scenarios.schema import ScenarioError, validate
+from specs.schema import ScenarioError, validate
+from stats.conformal import smallest_calibration
 
 UARL_PARAMS = {
     "lam": {"type": "float", "ge": 0, "default": 0.5},  # lambda of eq. (7)
@@ -30,15 +29,6 @@ UARL_PARAMS = {
     # eq. (3) as printed, or the mass on S (learning.uarl.BACKWARD_LOSSES)
     "backward_loss": {"type": "str", "choices": list(BACKWARD_LOSSES), "default": "eq3"},
 }
-
-
-def smallest_calibration(theta: float) -> int:
-    """The fewest conformal (validation) points for which eq. (4)'s threshold is finite: the least
-    n with ceil((n + 1)(1 - theta)) <= n (9 for theta = 0.1)."""
-    n = 1
-    while split_conformal_order(n, theta) > n:
-        n += 1
-    return n
 
 
 def architecture_from(body: dict, key: str) -> dict:

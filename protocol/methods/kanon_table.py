@@ -22,9 +22,9 @@ import numpy as np
 
 from protocol.accounting import Spend, request_key
 from protocol.codecs.summary import Summary
-from protocol.kanon import EXTREMES, KAnonymityError, Release, Table, apply_release, check_release, first_release, \
-    join_release
 from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from stats.kanon import (EXTREMES, KAnonymityError, Release, Table, apply_release, check_release,
+                         first_release, join_release)
 
 MAX_SITES = 256
 PHASES = tuple(f"table-{i}" for i in range(MAX_SITES))

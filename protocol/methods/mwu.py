@@ -15,11 +15,12 @@ import math
 import numpy as np
 
 from protocol.codecs.summary import Summary
-from protocol.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
-                                  t_weighted, u_federated, z_score)
-from protocol.methods.base import Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
-from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite, table_codec,
-                                          table_request, table_spend)
+from protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
+                                   two_sample_groups)
+from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
+                                          table_codec, table_request, table_spend)
+from stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
+                               t_weighted, u_federated, z_score)
 
 TESTS = ("sum", "weighted", "fisher")
 SITE_FIELDS = {"u": "float", "variance": "float", "n": "int", "m": "int"}

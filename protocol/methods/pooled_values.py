@@ -1,7 +1,7 @@
 """The centralized reference of paper 004: every site sends all its values (both groups), and the
 coordinator runs the test or estimate on the pooled data. Its bytes are the price of pooling.
 
-statistic: mwu        one-sided Mann-Whitney on the pooled groups (protocol.mannwhitney.pooled_test,
+statistic: mwu        one-sided Mann-Whitney on the pooled groups (stats.mannwhitney.pooled_test,
                       checked against scipy.stats.mannwhitneyu)
            quantiles  the pooled sample quantiles y_(ceil(p N)) (the minimizer of eq. 4)
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.codecs.summary import Summary
-from protocol.conformal import order_statistic
-from protocol.fedquantiles import pooled_rank
-from protocol.mannwhitney import pooled_test
 from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
 from protocol.methods.fed_quantiles import LEVELS, LEVELS_SPEC
+from stats.conformal import order_statistic
+from stats.fedquantiles import pooled_rank
+from stats.mannwhitney import pooled_test
 
 
 class PooledValues(OneShotMethod):

@@ -1,13 +1,13 @@
 """The site half shared by the local-DP methods: answer with an epsilon-DP bin of a quantile.
 
 Request body {"level": q, "epsilon": eps, "bins": {"lo", "hi", "count"}}: the site runs the
-exponential mechanism (protocol.dp, paper 000 algorithm 2) on its own scores and answers with
+exponential mechanism (stats.dp, paper 000 algorithm 2) on its own scores and answers with
 the 0-based bin index only. Nothing else about its scores leaves the site. It checks what it is
 asked for, so that a coordinator cannot request an unbounded epsilon or an absurd histogram.
 
 A bin that travels through a shuffler (or into a one-hot secure sum) also carries the central
 guarantee the session is planned for, {"central": {"epsilon", "delta", "messages"}}: the site
-checks it against the amplification bound (protocol.amplification) for that many messages
+checks it against the amplification bound (stats.amplification) for that many messages
 before it counts the central (epsilon, delta) against its own budget (`bin_spend`); the
 shuffler withholds a batch of fewer messages (protocol.shuffle).
 """
@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import math
 
-from functools import lru_cache
 
 from protocol.accounting import Spend
-from protocol.amplification import shuffled_epsilon
-from protocol.dp import Bins, private_quantile_bin
 from protocol.methods.base import RequestError, SiteHalf
+from stats.amplification import shuffled_epsilon
+from stats.dp import Bins, private_quantile_bin
 
 MAX_BINS = 10_000_000
 
@@ -56,17 +55,12 @@ def bin_spend(body) -> Spend:
             or not all(_number(central[k]) for k in central) or isinstance(central["messages"], float)
             or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1 or central["messages"] < 1):
         raise RequestError(f"central must be {{epsilon > 0, delta in (0, 1), messages >= 1}}, got {central!r}")
-    backed = amplified_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
+    backed = shuffled_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
     if backed > central["epsilon"] * (1 + 1e-6):
         raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: {central['messages']} "
                            f"shuffled messages at local epsilon {epsilon:g} give {backed:.4g} (FMT21)")
     return Spend("dp", float(central["epsilon"]), float(central["delta"]),
                  f"central by amplification of {central['messages']} messages (local epsilon {epsilon:.4g})")
-
-
-@lru_cache(maxsize=1024)
-def amplified_epsilon(epsilon0: float, messages: int, delta: float) -> float:
-    return shuffled_epsilon(epsilon0, messages, delta)
 
 
 def bins_from_request(bins, min_count: int = 1, max_count: int = MAX_BINS) -> Bins:

@@ -17,29 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from protocol.accounting import Spend
 from protocol.codecs import CODECS
 from protocol.codecs.exp_mech_bins import ExpMechBins
-from protocol.dp import Bins, optimal_bins_and_gamma, optimal_gamma, private_level, private_quantile_bin
 from protocol.methods.base import OneShotMethod, Outcome, Planned
 from protocol.methods.centralized import AllScores
 from protocol.methods.fedcp2_qq import _maybe_bins, resolve_bins
-from protocol.accounting import Spend
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
+from stats.dp import Bins, private_calibration, private_quantile_bin
 
 PRIVATE_BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 0, "default": 0},  # 0: choose m* by paper 003 algorithm 5
     "lo": {"type": "float_or", "choices": ["training"], "default": 0.0},
     "hi": {"type": "float_or", "choices": ["training"]},
 }}
-
-
-def calibration(n: int, alpha: float, epsilon: float, count: int) -> tuple[int, float, float]:
-    """(number of bins, gamma, level) for n scores: m* and gamma* (appendix C) unless count > 0."""
-    if count <= 0:
-        count, gamma = optimal_bins_and_gamma(n, alpha, epsilon)
-    else:
-        gamma = optimal_gamma(n, alpha, epsilon, count)
-    return count, gamma, min(private_level(n, alpha, epsilon, count, gamma), 1.0)
 
 
 class _PrivateCPBase(OneShotMethod):
@@ -71,7 +62,7 @@ class _PrivateCPBase(OneShotMethod):
     def _grid(self, n: int) -> tuple[Bins, float, float]:
         if self.bounds is None:
             raise ValueError(f"{self.name}: bins refer to the training split; resolve with for_trial()")
-        count, gamma, level = calibration(n, self.alpha, self.epsilon, self.bins_spec["count"])
+        count, gamma, level = private_calibration(n, self.alpha, self.epsilon, self.bins_spec["count"])
         return Bins(self.bounds[0], self.bounds[1], count), gamma, level
 
 

@@ -14,7 +14,7 @@ fewer than k sites can answer finitely Q is +inf and the coverage is 1.
 
 `coverage_window` evaluates a run of server orders k to ~1e-13 each: a bracket certified by
 tail bounds, then composite Gauss-Legendre with panels doubled until two levels agree, the
-Poisson-binomial law at each node from protocol.poissonbinomial (a product tree of FFTs beyond
+Poisson-binomial law at each node from stats.poissonbinomial (a product tree of FFTs beyond
 a few hundred sites). `smallest_order_reaching` finds the smallest valid k with a few windows,
 so planning 10,000 unequal sites takes about a second (it took minutes with a k-by-k scan).
 """
@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import betainc, betaincinv
 
-from protocol.poissonbinomial import certified_tails, poisson_binomial_cdf
+from stats.poissonbinomial import certified_tails, poisson_binomial_cdf
 
 TAIL_MASS = 1e-18
 BISECTIONS = 24

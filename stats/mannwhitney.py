@@ -21,6 +21,9 @@ from scipy import stats
 
 @dataclass(frozen=True)
 class SiteStatistic:
+    """What one site contributes to the federated tests (paper 004, sections 4.1-4.3): U_l, its
+    tie-corrected null variance and the two sample sizes."""
+
     u: float  # U_l
     variance: float  # V_l = Var(U_l | H0), tie-corrected
     n: int  # control (x) size
@@ -59,6 +62,7 @@ def p_value(z: float) -> float:
 
 
 def z_score(stat: SiteStatistic) -> float:
+    """One site's standardized statistic U_l / V_l^(1/2) (0 when the variance is 0)."""
     return stat.u / math.sqrt(stat.variance) if stat.variance > 0 else 0.0
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 
 def check_alpha(alpha: float) -> None:
+    """Raise ValueError unless the miscoverage level alpha lies in (0, 1)."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
 
@@ -19,6 +20,16 @@ def split_conformal_order(n: int, alpha: float) -> int:
     """
     check_alpha(alpha)
     return math.ceil((n + 1) * (1.0 - alpha) - 1e-9)
+
+
+def smallest_calibration(alpha: float) -> int:
+    """The fewest calibration points for which the split conformal threshold is finite: the least
+    n with ceil((n + 1)(1 - alpha)) <= n (9 for alpha = 0.1). FedType (paper 002, eq. 4, with
+    alpha = theta) refuses sites with fewer validation points."""
+    n = 1
+    while split_conformal_order(n, alpha) > n:
+        n += 1
+    return n
 
 
 def order_statistic(values, k: int) -> float:

@@ -3,7 +3,7 @@ possible from above: where paper 000 stops (appendix A.1 calls the search too co
 
 1. Starts. The paper's rule (ell_j = ceil((1 - alpha)(n_j + 1))), the eq. (6) optimum when
    sizes are equal, and for smaller m a grid of common levels tau, ell_j(tau) =
-   ceil(tau (n_j + 1)), each with its smallest valid k (protocol.unbalanced's window search).
+   ceil(tau (n_j + 1)), each with its smallest valid k (stats.unbalanced's window search).
 2. Descent. From a valid plan, lowering one ell_j changes only p_j(t), by
    Delta_j(t) = P(Bin(n_j, t) = ell_j - 1), and
        M(ell - e_j, k) = M(ell, k) - int Delta_j(t) P(W_{-j}(t) = k - 1) dt
@@ -12,7 +12,7 @@ possible from above: where paper 000 stops (appendix A.1 calls the search too co
    margin M - (1 - alpha), re-evaluate, and repeat until no single step fits. With dropouts the
    robustness constraint M(ell, m - d) >= 1 - alpha is kept the same way.
 3. Verification. The final plan's coverage is recomputed with the precise evaluator
-   (protocol.unbalanced.coverage_unbalanced); if the search grid was optimistic we step back
+   (stats.unbalanced.coverage_unbalanced); if the search grid was optimistic we step back
    through the accepted plans until one verifies. The paper rule is a fallback candidate, so
    the result is never farther from 1 - alpha than it.
 """
@@ -24,12 +24,12 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import binom
 
-from protocol.conformal import check_alpha
-from protocol.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule,
-                              plan_quantile_of_quantiles, smallest_valid_k_unbalanced)
-from protocol.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
-from protocol.unbalanced import (_bracket, _composite, coverage_unbalanced, distinct_pairs, finite_sites,
-                                 site_cdfs)
+from stats.conformal import check_alpha
+from stats.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule, plan_quantile_of_quantiles,
+                           smallest_valid_k_unbalanced)
+from stats.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
+from stats.unbalanced import (_bracket, _composite, coverage_unbalanced, distinct_pairs, finite_sites,
+                              site_cdfs)
 
 #: Search effort shrinks with m (each evaluation grows as m log^2 m): common levels tau tried
 #: as starts, TAU_EFFORT // m of them (at most TAU_GRID), and descents from the STARTS_EFFORT // m
@@ -45,6 +45,9 @@ SEARCH_MARGIN = 1e-10
 
 @lru_cache(maxsize=128)
 def plan_optimized(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> QQPlan:
+    """Per-site orders ell_j and server order k whose exact coverage (paper 000, appendix A.1) is
+    at least 1 - alpha and as close to it as the search finds: coordinate descent from valid
+    starts, never worse than the paper's rule (plan_paper_rule), robust to `dropouts`."""
     check_alpha(alpha)
     sizes = tuple(int(s) for s in sizes)
     m = len(sizes)

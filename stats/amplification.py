@@ -22,6 +22,7 @@ The bound assumes each party's randomizer is eps_0-DP between any two of its inp
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -59,6 +60,7 @@ def shuffled_delta(epsilon0: float, parties: int, epsilon: float) -> float:
     return float(min(1.0, np.dot(weights, _hockey_stick(c, epsilon, epsilon0)) + neglected))
 
 
+@lru_cache(maxsize=1024)
 def shuffled_epsilon(epsilon0: float, parties: int, delta: float, tol: float = 1e-9) -> float:
     """The smallest central eps (to `tol`) with shuffled_delta(eps_0, n, eps) <= delta."""
     if not 0 < delta < 1:
@@ -72,6 +74,7 @@ def shuffled_epsilon(epsilon0: float, parties: int, delta: float, tol: float = 1
     return hi
 
 
+@lru_cache(maxsize=1024)
 def local_epsilon_for(epsilon: float, parties: int, delta: float, tol: float = 1e-7,
                       ceiling: float = 40.0) -> float:
     """The inverse: the largest eps_0 (to `tol`) whose shuffle of `parties` messages is

@@ -148,3 +148,13 @@ def optimal_bins_and_gamma(n: int, alpha: float, epsilon: float, seed: int = 0) 
     best = min(expected for expected, _, _ in results)
     _, count, gamma = next(r for r in results if r[0] <= best + BIN_TOLERANCE)
     return count, gamma
+
+
+def private_calibration(n: int, alpha: float, epsilon: float, count: int) -> tuple[int, float, float]:
+    """Paper 003, appendix C: (number of bins, gamma, level) for the private split conformal
+    quantile of n scores at (alpha, epsilon): m* and gamma* unless `count` > 0 fixes the bins."""
+    if count <= 0:
+        count, gamma = optimal_bins_and_gamma(n, alpha, epsilon)
+    else:
+        gamma = optimal_gamma(n, alpha, epsilon, count)
+    return count, gamma, min(private_level(n, alpha, epsilon, count, gamma), 1.0)

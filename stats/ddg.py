@@ -2,8 +2,8 @@
 lemma 9), on histograms summed by secure aggregation over Z_M.
 
 Each site turns its values into a (flat or hierarchical) histogram x, scales it by c, adds
-discrete Gaussian noise xi ~ N_Z(0, sigma^2) per entry (exact sampling by OpenDP, from the
-operating system's CSPRNG) and reduces mod M. The secure sum s gives H_hat = s / c (read in
+discrete Gaussian noise xi ~ N_Z(0, sigma^2) per entry (drawn by protocol.noise, exactly, from
+the operating system's CSPRNG) and reduces mod M. The secure sum s gives H_hat = s / c (read in
 the centred range (-M/2, M/2]), whose CDF estimate F_hat gives the quantile by eq. (1).
 
 Privacy (lemma 9, after Kairouz, Liu and Steinke 2021, theorem 14): the sum of n sites' noise
@@ -22,30 +22,9 @@ proposition 12 / corollary 13.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
-
-# -- sampling ----------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=32)
-def _opendp_sampler(sigma: float):
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    return dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=sigma)
-
-
-def discrete_gaussian(sigma2: float, size: int) -> np.ndarray:
-    """`size` i.i.d. draws of N_Z(0, sigma2): P(x) proportional to exp(-x^2 / (2 sigma2)) on the
-    integers, sampled exactly (OpenDP's make_gaussian on an integer domain, which implements the
-    Canonne-Kamath-Steinke sampler with no floating-point rounding of the distribution)."""
-    if sigma2 <= 0:
-        raise ValueError("sigma^2 must be positive")
-    return np.asarray(_opendp_sampler(math.sqrt(sigma2))([0] * int(size)), dtype=np.int64)
-
 
 # -- privacy -----------------------------------------------------------------------------------
 
@@ -209,6 +188,8 @@ def hierarchical_histogram(values, edges: np.ndarray) -> np.ndarray:
 
 
 def hierarchical_from_flat(flat: np.ndarray) -> np.ndarray:
+    """Paper 001, algorithm 2 line 1, from a flat histogram of b = 2^L bins: each level the pairwise
+    sums of the one below, levels 0..L-1 concatenated (2b - 2 entries)."""
     b = len(flat)
     if b < 2 or b & (b - 1):
         raise ValueError(f"a hierarchical histogram needs b a power of two >= 2, got {b}")

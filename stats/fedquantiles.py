@@ -96,6 +96,8 @@ def yj_table_quantile(limits, counts, p: float) -> float:
 
 
 def lambda_grid(points: int = 101) -> list[float]:
+    """Paper 004, section 5.2 (YJ likelihood method): the grid of Yeo-Johnson lambdas sent to the
+    sites, `points` evenly over LAMBDA_RANGE."""
     return [float(v) for v in np.linspace(*LAMBDA_RANGE, points)]
 
 

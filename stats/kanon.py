@@ -54,6 +54,8 @@ EXTREMES = ("buffer", "bounds", "infinite")
 
 @dataclass(frozen=True)
 class Table:
+    """A federated summary table (paper 004, section 3): bin limits and, per group, the frequencies."""
+
     limits: tuple[float, ...]  # c_0 < c_1 < ... < c_B
     counts: tuple[tuple[float, ...], ...]  # per group, B frequencies
 

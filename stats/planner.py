@@ -6,8 +6,8 @@ non-decreasing in ell and in k (appendix A.2), so for each ell the feasible k fo
 [k_min(ell), m]; a vectorized bisection finds k_min for every ell at once.
 
 Unequal sizes (appendix A.1): the paper's rule fixes ell_j = ceil((1 - alpha)(n_j + 1)) and
-takes the smallest valid k; `protocol.optimizer` chooses every ell_j. Both coverages are exact
-(protocol.unbalanced).
+takes the smallest valid k; `stats.optimizer` chooses every ell_j. Both coverages are exact
+(stats.unbalanced).
 
 Dropouts. Sites are asked before we know who will answer, so only k can change afterwards.
 A plan is robust to d dropouts when M(ell, m - d) >= 1 - alpha: for any set R of at least m - d
@@ -19,6 +19,7 @@ scores); when none exists the outcome is the whole line, with the reason.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,9 +27,10 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import betainc
 
-from protocol.conformal import check_alpha, split_conformal_order
-from protocol.orderstats import qq_coverage
-from protocol.unbalanced import coverage_unbalanced, smallest_order_reaching
+from stats.conformal import check_alpha, split_conformal_order
+from stats.dp import correction_order
+from stats.orderstats import qq_coverage
+from stats.unbalanced import coverage_unbalanced, smallest_order_reaching
 
 #: Coverages are computed to ~1e-13; a plan within this of 1 - alpha counts as reaching it (so
 #: that exact cases such as n = 1, M = k / (m + 1) = 1 - alpha are not lost to rounding).
@@ -255,3 +257,57 @@ def replan_server_order(m_answered: int, n: int, ell: int, alpha: float) -> QQPl
 def _check_dropouts(m: int, dropouts: int) -> None:
     if not 0 <= dropouts < m:
         raise ValueError(f"dropouts must lie in [0, m - 1] = [0, {m - 1}], got {dropouts}")
+
+
+MAX_CANDIDATES = 5000
+
+
+def k_after_dropouts(sizes: dict[str, int], ells: dict[str, int], dropped, answers: int,
+                     level_alpha: float) -> int | str:
+    """k for the sites whose bins arrived (replan_after_dropouts), or why there is none. Answers
+    may be anonymous (a shuffled batch): the senders are known, but when some of their
+    ciphertexts did not open, not which. Then every possible set of `answers` senders is tried
+    and the largest k kept (coverage grows with k), so the guarantee holds whichever it was."""
+    senders = [s for s in sorted(sizes) if s not in dropped]
+    groups = sorted({(sizes[s], ells[s]) for s in senders})
+    if len(senders) == answers or len(groups) == 1:
+        candidates = [senders[:answers]]
+    elif math.comb(len(senders), answers) <= MAX_CANDIDATES:
+        candidates = itertools.combinations(senders, answers)
+    else:
+        return (f"{len(senders) - answers} of {len(senders)} sealed messages did not open and the sites "
+                f"differ in size: too many possibilities ({len(senders)} choose {answers}) to plan for all")
+    best = None
+    for chosen in candidates:
+        replanned = replan_after_dropouts([sizes[s] for s in chosen], [ells[s] for s in chosen], level_alpha)
+        if replanned.infinite:
+            return replanned.reason
+        best = replanned.k if best is None else max(best, replanned.k)
+    return best
+
+
+@lru_cache(maxsize=256)
+def choose_gamma(sizes: tuple[int, ...], alpha: float, epsilon: float, bins: int, grid: int, dropouts: int):
+    """Paper 000 section 4, 'Choosing gamma': over gamma = 1/(G+1), ..., G/(G+1), the feasible
+    plan whose proxy M[ell_gamma + ell_cor, k_gamma] is smallest. Returns
+    (gamma, plan at the adjusted level, ell_cor, proxy) or None when no gamma is feasible."""
+    m = len(sizes)
+    equal = len(set(sizes)) == 1
+    best = None
+    for gamma in np.arange(1, grid + 1) / (grid + 1):
+        level_alpha = 1.0 - (1.0 - alpha) / (1.0 - gamma * alpha)
+        if level_alpha <= 0:
+            continue
+        plan = (plan_quantile_of_quantiles(m, sizes[0], level_alpha, dropouts) if equal
+                else plan_paper_rule(sizes, level_alpha, dropouts))
+        if plan.infinite:
+            continue
+        correction = correction_order(epsilon, bins, gamma, alpha, m)
+        raised = [e + correction for e in plan.ells]
+        if any(r > n for r, n in zip(raised, sizes)):
+            continue
+        proxy = (float(qq_coverage(m, sizes[0], raised[0], plan.k)) if equal
+                 else coverage_unbalanced(sizes, raised, plan.k))
+        if best is None or proxy < best[3]:
+            best = (float(gamma), plan, correction, proxy)
+    return best
