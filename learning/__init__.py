@@ -1,0 +1,1 @@
+"""Training private and proxy models for FedType (paper 002): architectures, rounds, UARL."""
