@@ -10,15 +10,16 @@
 from __future__ import annotations
 
 import inspect
-
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from pathlib import Path
-
 from data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
 from data.synthetic import CLASSIFICATION_GENERATORS, GENERATORS
+from specs.plugins import Registry
 
 SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
                 "wine": "classification", "breast_cancer": "classification"}
@@ -34,7 +35,36 @@ class Dataset:
     scale_response: bool = False  # divide y by mean |y_train| (paper 000's reference code does)
 
 
-class Synthetic:
+class DataSource(ABC):
+    """Where a scenario's rows come from: `name` (the scenario's data.source), PARAMS (the specs
+    of its other data fields) and static functions of the validated fields."""
+
+    name: ClassVar[str]
+    PARAMS: ClassVar[dict[str, dict]] = {}
+
+    @staticmethod
+    @abstractmethod
+    def task(params) -> str:
+        """"regression" or "classification"."""
+
+    @staticmethod
+    @abstractmethod
+    def rows(params) -> int:
+        """How many rows load() gives (the scenario checks the sites' calibration points against it)."""
+
+    @staticmethod
+    @abstractmethod
+    def load(params: dict, rng: np.random.Generator) -> Dataset:
+        """The data set, drawn with `rng` where it is random."""
+
+    @staticmethod
+    def check(params) -> tuple[str, str, object] | None:
+        """(field, expectation, got) for fields that are wrong together, or None."""
+        return None
+
+
+class Synthetic(DataSource):
+    name = "synthetic"
     PARAMS = {
         "generator": {"type": "str", "choices": sorted(GENERATORS)},
         "n": {"type": "int", "min": 2},
@@ -77,7 +107,8 @@ class Synthetic:
         return Dataset(X, y, task)
 
 
-class Real:
+class Real(DataSource):
+    name = "real"
     PARAMS = {
         "name": {"type": "str", "choices": list(DATASETS)},
         "dir": {"type": "str", "default": ""},  # default: ../shared/datasets or $QUORUM_DATASETS
@@ -107,7 +138,8 @@ class Real:
         return Dataset(X, y, scale_response=params["scale_response"])
 
 
-class CSV:
+class CSV(DataSource):
+    name = "csv"
     PARAMS = {
         "path": {"type": "str"},
         "target": {"type": "str"},
@@ -143,7 +175,8 @@ class CSV:
         return Dataset(X, y, params["task"], scale_response=params["scale_response"])
 
 
-class SKLearn:
+class SKLearn(DataSource):
+    name = "sklearn"
     PARAMS = {"name": {"type": "str", "choices": sorted(SKLEARN_SETS)}}
 
     @staticmethod
@@ -163,4 +196,18 @@ class SKLearn:
                        SKLEARN_SETS[params["name"]])
 
 
-SOURCES = {"synthetic": Synthetic, "real": Real, "csv": CSV, "sklearn": SKLearn}
+
+
+def check_source(cls: type) -> str | None:
+    """What keeps `cls` from being a data source (None: nothing)."""
+    if not issubclass(cls, DataSource):
+        return "it does not subclass data.sources.DataSource"
+    if getattr(cls, "__abstractmethods__", None):
+        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    return None
+
+
+#: Quorum's own data sources; others register under the entry-point group quorum.data (specs.plugins)
+SOURCES = Registry("data source", "quorum.data", {
+    "synthetic": "data.sources:Synthetic", "real": "data.sources:Real", "csv": "data.sources:CSV",
+    "sklearn": "data.sources:SKLearn"}, key="name", check=check_source)

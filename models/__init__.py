@@ -1,16 +1,33 @@
-"""Model registry: a new model kind is one module and one line here."""
+"""Model registry: a model kind is a class named by an import path. Quorum's own are listed here (a
+new one is one module and one line); another package's are entry points in the group
+`quorum.models` or import paths in a scenario's model.kind (specs.plugins)."""
 
 from models.base import Model
-from models.classifier import Classifier
-from models.cqr_forest import CQRForest
-from models.cqr_net import CQRNet
-from models.examples import Examples
-from models.ridge import Ridge
-from models.two_sample import TwoSample
-from models.value import Value
+from specs.plugins import Registry
 
-MODELS: dict[str, type[Model]] = {Ridge.kind: Ridge, CQRForest.kind: CQRForest, CQRNet.kind: CQRNet,
-                                  Classifier.kind: Classifier, Value.kind: Value,
-                                  TwoSample.kind: TwoSample, Examples.kind: Examples}
+TASKS = ("regression", "classification", "two_sample")
+DATA_KINDS = ("scores", "two_sample", "examples")
 
-__all__ = ["MODELS", "Model"]
+
+def check_model(cls: type) -> str | None:
+    """What keeps `cls` from being a model kind (None: nothing): the interface of models.base.Model."""
+    if not issubclass(cls, Model):
+        return "it does not subclass models.base.Model"
+    if getattr(cls, "__abstractmethods__", None):
+        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    if cls.task not in TASKS:
+        return f"task must be one of {TASKS}, got {cls.task!r}"
+    if cls.data not in DATA_KINDS:
+        return f"data must be one of {DATA_KINDS}, got {cls.data!r}"
+    if not isinstance(cls.PARAMS, dict) or not all(isinstance(v, dict) and "type" in v for v in cls.PARAMS.values()):
+        return "PARAMS must map each parameter to a spec such as {'type': 'float', 'gt': 0}"
+    return None
+
+
+MODELS = Registry("model kind", "quorum.models", {
+    "ridge": "models.ridge:Ridge", "cqr_forest": "models.cqr_forest:CQRForest", "cqr_net": "models.cqr_net:CQRNet",
+    "classifier": "models.classifier:Classifier", "value": "models.value:Value",
+    "two_sample": "models.two_sample:TwoSample", "examples": "models.examples:Examples",
+}, key="kind", check=check_model)
+
+__all__ = ["MODELS", "Model", "check_model"]

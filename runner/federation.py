@@ -17,6 +17,7 @@ from protocol.methods import Method, Outcome
 from protocol.sessions import method_session
 from protocol.wire import SHUFFLER_ID
 from runner.processes import ShufflerProcess, SiteHosts, placement
+from scenarios.scenario import plugin_paths
 from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
 from sites.trials import TrialCache
@@ -57,7 +58,8 @@ class ProcessFederation:
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
         self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
-        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget)
+        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget,
+                               plugins=plugin_paths(scenario) if scenario is not None else None)
         self._scenario, self._hello_timeout = scenario, runtime["deadlines"]["hello"]
         self._site_dirs = (workdir, log_dir) if local_sites else None
         self.processes = None

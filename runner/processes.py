@@ -65,7 +65,8 @@ def placement(count: int, spec, cores: int | None = None, available: int | None 
 
 def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,
               key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
-              idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None) -> None:
+              idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None,
+              plugins: dict | None = None) -> None:
     import setproctitle
 
     setproctitle.setproctitle(host_title(name, site_ids))
@@ -80,7 +81,8 @@ def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_p
     parent = multiprocessing.parent_process() if watch_parent else None
     sys.exit(run_host(name, site_ids, endpoint, workdir, keys=keys, shuffler_keys=shuffler_keys,
                       fault_rules=fault_rules, seed=seed, scenario=scenario, idle_timeout=idle_timeout,
-                      shuffler=shuffler, budget=budget, parent_alive=parent.is_alive if parent else None))
+                      shuffler=shuffler, budget=budget, plugins=plugins,
+                      parent_alive=parent.is_alive if parent else None))
 
 
 def host_title(name: str, site_ids: list[str]) -> str:
@@ -89,9 +91,12 @@ def host_title(name: str, site_ids: list[str]) -> str:
 
 def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, keys: dict | None,
              shuffler_keys: dict | None, fault_rules: list, seed: int, scenario: dict | None,
-             idle_timeout: float | None, shuffler: str | None, budget: dict | None, parent_alive=None) -> int:
+             idle_timeout: float | None, shuffler: str | None, budget: dict | None, plugins: dict | None = None,
+             parent_alive=None) -> int:
     """Serve `site_ids` from this process until they finish (sites.host.serve's exit code). keys:
-    site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise for the shuffler."""
+    site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise for the shuffler;
+    plugins: the classes the scenario names by import path (scenarios.scenario.plugin_paths),
+    loaded here first so that the sites know them by name."""
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     from sites.agent import SiteAgent
     from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
@@ -99,6 +104,9 @@ def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, key
     from transport.faults import FaultInjector
 
     title = host_title(name, site_ids)
+    from scenarios.scenario import load_plugins, plugin_paths
+
+    load_plugins(plugin_paths(scenario) if scenario is not None else plugins or {})
     raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
     if budget is None and scenario is not None:
         budget = scenario["sites"]["budget"]
@@ -180,13 +188,14 @@ class SiteHosts:
     """The processes serving `site_ids`, `sites_per_process` sites each. key_dir enables CURVE;
     fault_rules are the scenario's resolved rules (each site applies those that concern it);
     scenario lets hosts build their own data (hosts started away from the harness); budget:
-    each site's privacy budget (the scenario's sites.budget); watch_parent: exit when the
+    each site's privacy budget (the scenario's sites.budget); plugins: the classes the scenario
+    names by import path (scenarios.scenario.plugin_paths); watch_parent: exit when the
     launcher dies."""
 
     def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
                  sites_per_process: int = 1, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
                  scenario: dict | None = None, watch_parent: bool = True, idle_timeout: float | None = None,
-                 shuffler: str | None = None, budget: dict | None = None) -> None:
+                 shuffler: str | None = None, budget: dict | None = None, plugins: dict | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         k = max(1, sites_per_process)
@@ -200,7 +209,7 @@ class SiteHosts:
                 target=host_main, name=name, daemon=watch_parent,
                 args=(name, group, endpoint, str(workdir), str(log_dir / f"{name}.log"), watch_parent,
                       str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout,
-                      shuffler, budget))
+                      shuffler, budget, plugins))
 
     def start(self) -> None:
         for process in self.processes.values():

@@ -23,6 +23,7 @@ from data.split import site_sizes
 from models import MODELS
 from protocol.accounting import BUDGET_FIELDS
 from protocol.methods import METHODS
+from specs.plugins import PluginError, is_import_path
 from specs.schema import ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
 
@@ -97,20 +98,31 @@ def method_params(spec: dict) -> dict:
     return {key: value for key, value in spec.items() if key not in ("name", "label")}
 
 
-def _select(path: str, key: str, registry: dict, value) -> dict:
+def _component(registry, name, path: str) -> type:
+    """The class a scenario field names: a registered name or an import path (specs.plugins)."""
+    if isinstance(name, str) and (name in registry or is_import_path(name)):
+        try:
+            return registry.load(name)
+        except PluginError as exc:
+            raise ScenarioError(path, f"a {registry.kind} that loads ({exc})", name) from None
+    validate({"type": "str", "choices": sorted(registry)}, name, path)  # names the choices
+    raise AssertionError("unreachable: validate refuses what is not registered")
+
+
+def _select(path: str, key: str, registry, value) -> dict:
     if not isinstance(value, dict):
         raise ScenarioError(path, "a mapping", value)
-    choice = validate({"type": "str", "choices": sorted(registry)}, value.get(key), f"{path}.{key}")
-    fields = {key: {"type": "str"}, **registry[choice].PARAMS}
+    source = _component(registry, value.get(key), f"{path}.{key}")
+    fields = {key: {"type": "str"}, **source.PARAMS}
     return validate({"type": "map", "fields": fields}, value, path)
 
 
 def _validate_model(value) -> dict:
     if not isinstance(value, dict):
         raise ScenarioError("model", "a mapping with 'kind'", value)
-    kind = validate({"type": "str", "choices": sorted(MODELS)}, value.get("kind"), "model.kind")
+    model = _component(MODELS, value.get("kind"), "model.kind")
     fields = {"kind": {"type": "str"}, "device": {"type": "str", "choices": DEVICES, "default": "auto"},
-              "params": {"type": "map", "fields": MODELS[kind].PARAMS}}
+              "params": {"type": "map", "fields": model.PARAMS}}
     return validate({"type": "map", "fields": fields}, value, "model")
 
 
@@ -118,9 +130,25 @@ def _validate_method(index: int, value) -> dict:
     path = f"methods[{index}]"
     if not isinstance(value, dict):
         raise ScenarioError(path, "a mapping with 'name'", value)
-    name = validate({"type": "str", "choices": sorted(METHODS)}, value.get("name"), f"{path}.name")
-    fields = {"name": {"type": "str"}, "label": {"type": "str", "default": name}, **METHODS[name].PARAMS}
+    method = _component(METHODS, value.get("name"), f"{path}.name")
+    fields = {"name": {"type": "str"}, "label": {"type": "str", "default": method.name}, **method.PARAMS}
     return validate({"type": "map", "fields": fields}, value, path)
+
+
+def plugin_paths(scenario: dict) -> dict[str, list[str]]:
+    """The classes a validated scenario names by import path (registered names are left out):
+    what a site process must load to know them by name as the harness does."""
+    named = {"data": [scenario["data"]["source"]], "models": [scenario["model"]["kind"]],
+             "methods": [method["name"] for method in scenario["methods"]]}
+    return {kind: paths for kind, names in named.items() if (paths := [n for n in names if is_import_path(n)])}
+
+
+def load_plugins(paths: dict[str, list[str]]) -> None:
+    """Load (and so register by name) the classes plugin_paths gave; PluginError if one fails."""
+    registries = {"data": SOURCES, "models": MODELS, "methods": METHODS}
+    for kind, names in paths.items():
+        for name in names:
+            registries[kind].load(name)
 
 
 def _cross_checks(s: dict) -> None:
@@ -135,7 +163,7 @@ def _cross_checks(s: dict) -> None:
     if not separate_test and split["test"] == 0 and gives != "examples":  # learning sites test on their own
         raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
     source = SOURCES[data["source"]]
-    problem = source.check(data) if hasattr(source, "check") else None
+    problem = source.check(data)
     if problem:
         raise ScenarioError(*problem)
     task = source.task(data)

@@ -22,6 +22,7 @@ from protocol.methods import METHODS, RequestError
 from protocol.sessions import SESSIONS_PER_TRIAL
 from sites.storage import append_account, read_account
 from sites.trials import TrialCache
+from specs.plugins import PluginError
 from stats.randomness import site_rng
 
 
@@ -55,7 +56,10 @@ class SiteLocal:
             raise RequestError("no trial is open at this site")
         if session // SESSIONS_PER_TRIAL != self.trial:
             raise RequestError(f"session {session} does not belong to the open trial {self.trial}")
-        method = METHODS.get(method_name)
+        try:
+            method = METHODS.get(method_name)
+        except PluginError as exc:  # an installed plugin that does not load here
+            raise RequestError(str(exc)) from None
         if method is None:
             raise RequestError(f"unknown method {method_name!r}")
         if phase not in method.phases:
@@ -97,7 +101,10 @@ class SiteLocal:
     @staticmethod
     def route(method_name: str) -> str:
         """Where this method's answers go: 'direct' (the coordinator) or 'shuffler'."""
-        method = METHODS.get(method_name)
+        try:
+            method = METHODS.get(method_name)
+        except PluginError:
+            return "direct"  # answer() refuses the request with the reason
         return CODECS[method.codec].route if method is not None else "direct"
 
     def close_session(self, session: int) -> None:

@@ -1,22 +1,32 @@
-"""Codec registry: a new codec is one module and one line here."""
+"""Codec registry: a codec is a class named by an import path. Quorum's own are listed here (a new
+one is one module and one line); another package's are entry points in the group
+`quorum.codecs`, or import paths in a method's `codec` attribute (specs.plugins)."""
 
 from protocol.codecs.base import Codec, PayloadError
-from protocol.codecs.exp_mech_bins import ExpMechBins
-from protocol.codecs.raw_quantile import RawQuantile
-from protocol.codecs.raw_scores import RawScores
-from protocol.codecs.secagg_ddg import SecAggDDG
-from protocol.codecs.shuffle import Shuffle
-from protocol.codecs.summary import Summary
-from protocol.codecs.tensors import Tensors
+from specs.plugins import Registry
 
-CODECS: dict[str, type[Codec]] = {
-    RawQuantile.name: RawQuantile,
-    RawScores.name: RawScores,
-    ExpMechBins.name: ExpMechBins,
-    SecAggDDG.name: SecAggDDG,
-    Shuffle.name: Shuffle,
-    Summary.name: Summary,
-    Tensors.name: Tensors,
-}
+ROUTES = ("direct", "shuffler")
 
-__all__ = ["CODECS", "Codec", "PayloadError"]
+
+def check_codec(cls: type) -> str | None:
+    """What keeps `cls` from being a codec (None: nothing): the interface of codecs.base.Codec."""
+    if not issubclass(cls, Codec):
+        return "it does not subclass protocol.codecs.base.Codec"
+    if getattr(cls, "__abstractmethods__", None):
+        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    if cls.route not in ROUTES:
+        return f"route must be one of {ROUTES}, got {cls.route!r}"
+    return None
+
+
+CODECS = Registry("codec", "quorum.codecs", {
+    "raw_quantile": "protocol.codecs.raw_quantile:RawQuantile",
+    "raw_scores": "protocol.codecs.raw_scores:RawScores",
+    "exp_mech_bins": "protocol.codecs.exp_mech_bins:ExpMechBins",
+    "secagg_ddg": "protocol.codecs.secagg_ddg:SecAggDDG",
+    "shuffle": "protocol.codecs.shuffle:Shuffle",
+    "summary": "protocol.codecs.summary:Summary",
+    "tensors": "protocol.codecs.tensors:Tensors",
+}, key="name", check=check_codec)
+
+__all__ = ["CODECS", "Codec", "PayloadError", "check_codec"]

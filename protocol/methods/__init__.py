@@ -1,38 +1,57 @@
-"""Method registry: a new method is one module and one line here."""
+"""Method registry: a method is a class named by an import path. Quorum's own are listed here
+(a new one is one module and one line); another package's are entry points in the group
+`quorum.methods` or import paths in a scenario (specs.plugins)."""
 
 from protocol.methods.base import Method, Outcome, RequestError, Send
-from protocol.methods.centralized import Centralized
-from protocol.methods.ddg_quantile import DDGQuantile
-from protocol.methods.fedcp_avg import FedCPAvg
-from protocol.methods.fedcp2_qq import FedCP2QQ
-from protocol.methods.fedcp2_qq_secagg import FedCP2QQSecAgg
-from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled
-from protocol.methods.fedcp_qq import FedCPQQ
-from protocol.methods.fedtype import FedAvg, FedType, LocalOnly
-from protocol.methods.fed_quantiles import KAnonQuantiles, QuantileLoss, YJLikelihood
-from protocol.methods.mwu import MWUSites, MWUTable
-from protocol.methods.pooled_values import PooledValues
-from protocol.methods.private_cp import PrivateCP, PrivateCPLocal
+from specs.plugins import PluginError, Registry
 
-METHODS: dict[str, type[Method]] = {
-    FedCPQQ.name: FedCPQQ,
-    FedCPAvg.name: FedCPAvg,
-    Centralized.name: Centralized,
-    FedCP2QQ.name: FedCP2QQ,
-    FedCP2QQShuffled.name: FedCP2QQShuffled,
-    FedCP2QQSecAgg.name: FedCP2QQSecAgg,
-    PrivateCP.name: PrivateCP,
-    PrivateCPLocal.name: PrivateCPLocal,
-    DDGQuantile.name: DDGQuantile,
-    PooledValues.name: PooledValues,
-    MWUSites.name: MWUSites,
-    MWUTable.name: MWUTable,
-    KAnonQuantiles.name: KAnonQuantiles,
-    YJLikelihood.name: YJLikelihood,
-    QuantileLoss.name: QuantileLoss,
-    LocalOnly.name: LocalOnly,
-    FedAvg.name: FedAvg,
-    FedType.name: FedType,
-}
+DATA_KINDS = ("scores", "two_sample", "examples")
 
-__all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send"]
+
+def check_method(cls: type) -> str | None:
+    """What keeps `cls` from being a method (None: nothing): the interface of methods.base.Method."""
+    from protocol.codecs import CODECS
+
+    if not issubclass(cls, Method):
+        return "it does not subclass protocol.methods.base.Method"
+    if getattr(cls, "__abstractmethods__", None):
+        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    codec = getattr(cls, "codec", None)
+    if not isinstance(codec, str):
+        return "it sets no codec (a registered codec name or an import path)"
+    try:
+        CODECS.load(codec)
+    except PluginError as exc:
+        return f"its codec: {exc}"
+    phases = cls.phases
+    if not isinstance(phases, tuple) or not phases or not all(isinstance(p, str) and p for p in phases):
+        return f"phases must be a non-empty tuple of names, got {phases!r}"
+    if not isinstance(cls.PARAMS, dict) or not all(isinstance(v, dict) and "type" in v for v in cls.PARAMS.values()):
+        return "PARAMS must map each parameter to a spec such as {'type': 'float', 'gt': 0}"
+    if cls.data not in DATA_KINDS:
+        return f"data must be one of {DATA_KINDS}, got {cls.data!r}"
+    return None
+
+
+METHODS = Registry("method", "quorum.methods", {
+    "fedcp_qq": "protocol.methods.fedcp_qq:FedCPQQ",
+    "fedcp_avg": "protocol.methods.fedcp_avg:FedCPAvg",
+    "centralized": "protocol.methods.centralized:Centralized",
+    "fedcp2_qq": "protocol.methods.fedcp2_qq:FedCP2QQ",
+    "fedcp2_qq_shuffle": "protocol.methods.fedcp2_qq_shuffle:FedCP2QQShuffled",
+    "fedcp2_qq_secagg": "protocol.methods.fedcp2_qq_secagg:FedCP2QQSecAgg",
+    "private_cp": "protocol.methods.private_cp:PrivateCP",
+    "private_cp_local": "protocol.methods.private_cp:PrivateCPLocal",
+    "ddg_quantile": "protocol.methods.ddg_quantile:DDGQuantile",
+    "pooled_values": "protocol.methods.pooled_values:PooledValues",
+    "mwu_sites": "protocol.methods.mwu:MWUSites",
+    "mwu_table": "protocol.methods.mwu:MWUTable",
+    "kanon_quantiles": "protocol.methods.fed_quantiles:KAnonQuantiles",
+    "yj_likelihood": "protocol.methods.fed_quantiles:YJLikelihood",
+    "quantile_loss": "protocol.methods.fed_quantiles:QuantileLoss",
+    "local_only": "protocol.methods.fedtype:LocalOnly",
+    "fedavg": "protocol.methods.fedtype:FedAvg",
+    "fedtype": "protocol.methods.fedtype:FedType",
+}, key="name", check=check_method)
+
+__all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send", "check_method"]
