@@ -7,9 +7,12 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test test-all bench paper001-fig2 paper002 paper004 clean
 
-$(VENV)/.installed: requirements.txt
+# The example plugin (examples/quorum-bisection) is installed too, so that its entry points are
+# found and its tests run in `make test`: the plugin path cannot rot.
+$(VENV)/.installed: requirements.txt examples/quorum-bisection/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e examples/quorum-bisection
 	touch $@
 
 demo: $(VENV)/.installed

@@ -1,0 +1,1 @@
+"""A Quorum plugin: split conformal prediction across sites by bisection on counts."""
