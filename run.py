@@ -67,10 +67,14 @@ def coordinator(scenario, bind, out, key_dir, plain, hello_timeout, trials, over
     out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (out / "results.csv").exists() and not resume:
         raise click.ClickException(f"{out} already holds results.csv; choose another --out (or --resume)")
-    click.echo(f"waiting for {spec['sites']['count']} sites at {bind} "
-               f"({'plain' if plain else 'CURVE, keys in ' + (key_dir or str(out / 'keys'))})")
+    security = 'plain' if plain else 'CURVE, keys in ' + (key_dir or str(out / 'keys'))
+
+    def listening(endpoint):  # the port actually bound when --bind ends in ':*'
+        click.echo(f"listening at {endpoint} ({security}); waiting for {spec['sites']['count']} sites: "
+                   f"run.py site --connect {endpoint.replace('0.0.0.0', 'THIS-HOST')} ...", err=True)
+        sys.stderr.flush()
     _run_with_progress(spec, out, lambda progress: run_study(
-        spec, out, progress=progress, resume=resume, external_sites=True))
+        spec, out, progress=progress, resume=resume, external_sites=True, on_listening=listening))
 
 
 def _run_with_progress(spec, out, start):

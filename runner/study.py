@@ -43,14 +43,17 @@ class ResumeError(ValueError):
 
 
 def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", progress=None,
-              keep_work: bool = False, resume: bool = False, external_sites: bool = False) -> dict:
+              keep_work: bool = False, resume: bool = False, external_sites: bool = False,
+              on_listening=None) -> dict:
     """Run `scenario` (already validated) into directory `out`; return the summary.
 
     resume: continue a run directory whose coordinator was killed: trials and methods already
     in results.csv are not run again, the rest run exactly as they would have (sessions and
     randomness are functions of the scenario, the trial and the method), and coordinator-kill
     faults that already fired do not fire again. external_sites: do not start site processes;
-    wait for sites started by hand (`run.py site`), which build their own data.
+    wait for sites started by hand (`run.py site`), which build their own data. on_listening:
+    called with the address the coordinator bound (its port chosen when runtime.bind ends in
+    ':*') before any site is awaited.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
@@ -87,6 +90,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
                                        shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario)
+        if on_listening is not None:
+            on_listening(federation.channel.endpoint)
     else:
         federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"])
     started = time.time()

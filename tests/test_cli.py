@@ -113,3 +113,28 @@ def test_a_sweep_over_models_and_a_pooled_plot(tmp_path):
     assert "8 rows from 2 run(s)" in pooled.stdout and (tmp_path / "f.png").stat().st_size > 0
     bad = cli("plot", str(tmp_path), "--out", str(tmp_path / "g.png"), check=False)
     assert bad.returncode != 0 and "not a run directory" in bad.stderr
+
+
+def test_a_coordinator_bound_to_any_port_prints_the_port_and_sites_reach_it(tmp_path):
+    tiny = str(ROOT / "tests" / "scenarios" / "tiny.yaml")
+    cli("keys", "--dir", str(tmp_path / "keys"), "--scenario", tiny)
+    coordinator = subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), "coordinator", "--scenario", tiny, "--bind", "tcp://127.0.0.1:*",
+         "--keys", str(tmp_path / "keys"), "--out", str(tmp_path / "run"), "--trials", "1", "--hello-timeout", "60"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        while len(seen) < 10 and not (seen and seen[-1].startswith("listening at ")):
+            seen.append(coordinator.stdout.readline())  # the run's header comes first
+        line = seen[-1]
+        assert line.startswith("listening at tcp://127.0.0.1:"), seen
+        endpoint = line.split()[2]
+        assert not endpoint.endswith(":*") and int(endpoint.rsplit(":", 1)[1]) > 0
+        sites = cli("site", "--connect", endpoint, "--site-ids", "0-3", "--scenario", tiny, "--keys",
+                    str(tmp_path / "keys"), "--workdir", str(tmp_path / "sitehost"), "--idle-timeout", "60")
+        output, _ = coordinator.communicate(timeout=240)
+    finally:
+        coordinator.kill()
+    assert coordinator.returncode == 0, output + sites.stdout
+    rows = list(csv.DictReader(open(tmp_path / "run" / "results.csv")))
+    assert len(rows) == 6 and all(r["sites"] == "4" for r in rows)
