@@ -89,7 +89,7 @@ class Bisection(CoordinatorHalf):
         hi = min(s for s in self.asked if total[s] >= k)
         lo = max([self.lo0] + [s for s in self.asked if total[s] < k])
         if len(self.asked) > self.rounds:
-            return Outcome.ok(hi, width=hi - lo, **details)
+            return Outcome.ok(hi, width=hi - lo, guarantee=min(1.0, k / (n + 1)), **details)
         return self._ask(len(self.asked), lo + (hi - lo) / 2)
 
     def _inconsistent(self, site: str, t: float, count: int) -> str:
