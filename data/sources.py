@@ -19,7 +19,7 @@ import numpy as np
 
 from data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
 from data.synthetic import CLASSIFICATION_GENERATORS, GENERATORS
-from specs.plugins import Registry
+from specs.plugins import Registry, params_problem, subclass_problem
 
 SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
                 "wine": "classification", "breast_cancer": "classification"}
@@ -200,11 +200,7 @@ class SKLearn(DataSource):
 
 def check_source(cls: type) -> str | None:
     """What keeps `cls` from being a data source (None: nothing)."""
-    if not issubclass(cls, DataSource):
-        return "it does not subclass data.sources.DataSource"
-    if getattr(cls, "__abstractmethods__", None):
-        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
-    return None
+    return subclass_problem(cls, DataSource) or params_problem(cls.PARAMS)
 
 
 #: Quorum's own data sources; others register under the entry-point group quorum.data (specs.plugins)

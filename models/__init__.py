@@ -3,7 +3,7 @@ new one is one module and one line); another package's are entry points in the g
 `quorum.models` or import paths in a scenario's model.kind (specs.plugins)."""
 
 from models.base import Model
-from specs.plugins import Registry
+from specs.plugins import Registry, params_problem, subclass_problem
 
 TASKS = ("regression", "classification", "two_sample")
 DATA_KINDS = ("scores", "two_sample", "examples")
@@ -11,16 +11,13 @@ DATA_KINDS = ("scores", "two_sample", "examples")
 
 def check_model(cls: type) -> str | None:
     """What keeps `cls` from being a model kind (None: nothing): the interface of models.base.Model."""
-    if not issubclass(cls, Model):
-        return "it does not subclass models.base.Model"
-    if getattr(cls, "__abstractmethods__", None):
-        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    problem = subclass_problem(cls, Model) or params_problem(cls.PARAMS)
+    if problem:
+        return problem
     if cls.task not in TASKS:
         return f"task must be one of {TASKS}, got {cls.task!r}"
     if cls.data not in DATA_KINDS:
         return f"data must be one of {DATA_KINDS}, got {cls.data!r}"
-    if not isinstance(cls.PARAMS, dict) or not all(isinstance(v, dict) and "type" in v for v in cls.PARAMS.values()):
-        return "PARAMS must map each parameter to a spec such as {'type': 'float', 'gt': 0}"
     return None
 
 

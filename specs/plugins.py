@@ -48,6 +48,22 @@ def import_object(path: str):
     return value
 
 
+def subclass_problem(cls: type, base: type) -> str | None:
+    """Why `cls` is not a concrete subclass of `base` (None: it is one)."""
+    if not issubclass(cls, base):
+        return f"it does not subclass {base.__module__}.{base.__qualname__}"
+    if getattr(cls, "__abstractmethods__", None):
+        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    return None
+
+
+def params_problem(params) -> str | None:
+    """Why a class's PARAMS is not a map of parameter specs (specs.schema) (None: it is one)."""
+    if not isinstance(params, dict) or not all(isinstance(v, dict) and "type" in v for v in params.values()):
+        return "PARAMS must map each parameter to a spec such as {'type': 'float', 'gt': 0}"
+    return None
+
+
 class Registry(Mapping):
     """Names -> classes of one kind. `key` is the class attribute holding a class's name
     ("name" for methods, codecs and data sources; "kind" for models); `check(cls)` returns

@@ -3,17 +3,16 @@ one is one module and one line); another package's are entry points in the group
 `quorum.codecs`, or import paths in a method's `codec` attribute (specs.plugins)."""
 
 from protocol.codecs.base import Codec, PayloadError
-from specs.plugins import Registry
+from specs.plugins import Registry, subclass_problem
 
 ROUTES = ("direct", "shuffler")
 
 
 def check_codec(cls: type) -> str | None:
     """What keeps `cls` from being a codec (None: nothing): the interface of codecs.base.Codec."""
-    if not issubclass(cls, Codec):
-        return "it does not subclass protocol.codecs.base.Codec"
-    if getattr(cls, "__abstractmethods__", None):
-        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    problem = subclass_problem(cls, Codec)
+    if problem:
+        return problem
     if cls.route not in ROUTES:
         return f"route must be one of {ROUTES}, got {cls.route!r}"
     return None

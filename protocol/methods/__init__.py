@@ -3,7 +3,7 @@
 `quorum.methods` or import paths in a scenario (specs.plugins)."""
 
 from protocol.methods.base import Method, Outcome, RequestError, Send
-from specs.plugins import PluginError, Registry
+from specs.plugins import PluginError, Registry, params_problem, subclass_problem
 
 DATA_KINDS = ("scores", "two_sample", "examples")
 
@@ -12,10 +12,9 @@ def check_method(cls: type) -> str | None:
     """What keeps `cls` from being a method (None: nothing): the interface of methods.base.Method."""
     from protocol.codecs import CODECS
 
-    if not issubclass(cls, Method):
-        return "it does not subclass protocol.methods.base.Method"
-    if getattr(cls, "__abstractmethods__", None):
-        return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
+    problem = subclass_problem(cls, Method) or params_problem(cls.PARAMS)
+    if problem:
+        return problem
     codec = getattr(cls, "codec", None)
     if not isinstance(codec, str):
         return "it sets no codec (a registered codec name or an import path)"
@@ -26,8 +25,6 @@ def check_method(cls: type) -> str | None:
     phases = cls.phases
     if not isinstance(phases, tuple) or not phases or not all(isinstance(p, str) and p for p in phases):
         return f"phases must be a non-empty tuple of names, got {phases!r}"
-    if not isinstance(cls.PARAMS, dict) or not all(isinstance(v, dict) and "type" in v for v in cls.PARAMS.values()):
-        return "PARAMS must map each parameter to a spec such as {'type': 'float', 'gt': 0}"
     if cls.data not in DATA_KINDS:
         return f"data must be one of {DATA_KINDS}, got {cls.data!r}"
     return None
