@@ -110,6 +110,16 @@ class UnknownCodec(MaxOfMaxes):
 '''
 
 
+@pytest.fixture(autouse=True)
+def registries_as_they_were():
+    """Classes loaded by a test stay registered in this process; forget them afterwards, so that
+    other tests see Quorum's own components only."""
+    saved = [(registry, dict(registry._classes)) for registry in (METHODS, CODECS, MODELS, SOURCES)]
+    yield
+    for registry, classes in saved:
+        registry._classes = classes
+
+
 @pytest.fixture()
 def plugin_dir(tmp_path, monkeypatch):
     (tmp_path / "labplugin.py").write_text(PLUGIN)
