@@ -13,7 +13,9 @@ parameters without importing this module:
                         {distribution: lognormal, median, sigma | uniform, low, high; min, max, seed}
     {"type": "any"}     left to a later check
 
-A field without "default" is required. Unknown fields are errors.
+A field without "default" is required. Unknown fields are errors. Validation goes on past a
+problem and reports every one it finds (ScenarioErrors); null is accepted where the default is
+null, so a validated scenario validates again to itself.
 """
 
 from __future__ import annotations
@@ -42,6 +44,55 @@ class ScenarioError(ValueError):
 
     def in_file(self, file: str) -> "ScenarioError":
         return ScenarioError(self.field, self.expectation, self.got, file)
+
+    @property
+    def problems(self) -> list["ScenarioError"]:
+        """Every problem found (this one alone; ScenarioErrors holds several)."""
+        return [self]
+
+
+class ScenarioErrors(ScenarioError):
+    """Several problems found in one pass, one per line in the order of the file; `field`,
+    `expectation` and `got` are the first's, so code that reads one problem still works."""
+
+    def __init__(self, problems: list[ScenarioError], file: str | None = None):
+        self._problems = [p.in_file(file) if file else p for p in problems]
+        first = self._problems[0]
+        super().__init__(first.field, first.expectation, first.got, first.file)
+
+    def __str__(self) -> str:
+        return "\n".join(ScenarioError.__str__(p) for p in self._problems)
+
+    def in_file(self, file: str) -> "ScenarioErrors":
+        return ScenarioErrors(self._problems, file)
+
+    @property
+    def problems(self) -> list[ScenarioError]:
+        return list(self._problems)
+
+
+class Problems:
+    """Collects ScenarioErrors so that validation goes on past the first and reports them all."""
+
+    def __init__(self) -> None:
+        self.found: list[ScenarioError] = []
+
+    def attempt(self, check, *args, failed=None):
+        """check(*args), or `failed` after noting its problems."""
+        try:
+            return check(*args)
+        except ScenarioError as exc:
+            self.found.extend(exc.problems)
+            return failed
+
+    def add(self, problem: ScenarioError) -> None:
+        self.found.extend(problem.problems)
+
+    def raise_any(self) -> None:
+        if len(self.found) == 1:
+            raise self.found[0]
+        if self.found:
+            raise ScenarioErrors(self.found)
 
 
 def validate(spec: dict, value: Any, path: str) -> Any:
@@ -98,23 +149,27 @@ def _map(spec, value, path):
     if not isinstance(value, dict):
         raise ScenarioError(path, "a mapping", value)
     fields = spec["fields"]
+    problems = Problems()
     for key in value:
         if key not in fields:
             hint = difflib.get_close_matches(str(key), list(fields), n=1)
             expectation = f"no field '{key}' here (known: {', '.join(fields)})"
             if hint:
                 expectation += f"; did you mean '{hint[0]}'?"
-            raise ScenarioError(_join(path, key), expectation)
+            problems.add(ScenarioError(_join(path, key), expectation))
     out = {}
     for key, sub in fields.items():
-        if key in value:
-            out[key] = validate(sub, value[key], _join(path, key))
+        if key in value and value[key] is None and "default" in sub and sub["default"] is None:
+            out[key] = None  # null where null is the default (a validated scenario validates again)
+        elif key in value:
+            out[key] = problems.attempt(validate, sub, value[key], _join(path, key))
         elif "default" in sub:
             out[key] = copy.deepcopy(sub["default"])
         elif sub["type"] == "map":  # an absent section takes its fields' defaults
-            out[key] = validate(sub, {}, _join(path, key))
+            out[key] = problems.attempt(validate, sub, {}, _join(path, key))
         else:
-            raise ScenarioError(_join(path, key), f"{_describe(sub)} (required)")
+            problems.add(ScenarioError(_join(path, key), f"{_describe(sub)} (required)"))
+    problems.raise_any()
     return out
 
 
@@ -125,7 +180,10 @@ def _list(spec, value, path):
         raise ScenarioError(path, f"a list of at least {spec['min_len']} item(s)", value)
     if len(value) > spec.get("max_len", len(value)):
         raise ScenarioError(path, f"a list of at most {spec['max_len']} item(s)", value)
-    return [validate(spec["of"], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    problems = Problems()
+    out = [problems.attempt(validate, spec["of"], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    problems.raise_any()
+    return out
 
 
 SIZE_DISTRIBUTIONS = {
@@ -212,15 +270,21 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """Apply `dotted.key=value` overrides (values parsed as YAML; list items by index, or `*`
-    for every item, e.g. methods.*.epsilon=2)."""
+def apply_overrides(data: dict, overrides: list[str] | dict) -> dict:
+    """Apply overrides to a copy of `data`: `dotted.key=value` strings (values parsed as YAML,
+    as `--set` gives them) or a mapping {dotted.key: value} (values as they are, as the Python
+    API gives them). List items by index, or `*` for every item, e.g. methods.*.epsilon=2."""
     data = copy.deepcopy(data)
-    for item in overrides:
-        if "=" not in item:
-            raise ScenarioError(item, "an override of the form dotted.key=value")
-        key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(overrides, dict):
+        pairs = [(str(key), copy.deepcopy(value)) for key, value in overrides.items()]
+    else:
+        pairs = []
+        for item in overrides:
+            if not isinstance(item, str) or "=" not in item:
+                raise ScenarioError(str(item), "an override of the form dotted.key=value")
+            key, raw = item.split("=", 1)
+            pairs.append((key, yaml.safe_load(raw) if raw.strip() else ""))
+    for key, value in pairs:
         _override(data, key.strip().split("."), 0, value, key.strip())
     return data
 
