@@ -13,7 +13,9 @@ n_j points (a plug-in on those would be noisy and biased upwards):
   location, scale    the test scores with site j's shift applied (exact up to the test sample)
   sort, response     the test points whose blended sorting key falls in site j's block of ranks
                      (needs at least MIN_BLOCK test points per site, else not estimated)
-  cluster, dirichlet not estimated (None)
+  cluster, dirichlet not estimated
+Where the bound is not estimated, the summary's `proposition_34_tv` is null and
+`proposition_34_why` says why (NotEstimable's reason); the printed sites line repeats it.
 """
 
 from __future__ import annotations
@@ -48,13 +50,18 @@ def spread(world, summary: dict[str, dict]) -> float | None:
     return float(np.std(medians) / np.std(pooled))
 
 
-def proposition_34(world, spec: dict, sizes: list[int], ells: list[int], rng: np.random.Generator) -> float | None:
-    """The TV term of proposition 3.4 for orders `ells` (None where not estimable)."""
+class NotEstimable(Exception):
+    """Proposition 3.4's bound cannot be estimated here; the message says why."""
+
+
+def proposition_34(world, spec: dict, sizes: list[int], ells: list[int], rng: np.random.Generator) -> float:
+    """The TV term of proposition 3.4 for orders `ells`; NotEstimable with the reason where
+    the site laws cannot be told from the test set."""
     kind = spec["kind"]
     if kind == "none":
         return 0.0
     if world.task != "regression":
-        return None
+        raise NotEstimable(f"the bound is about conformal regression scores; this is {world.task} data")
     score = SCORES[world.model.score][0]  # the test set's base predictions serve every site law
     reference = np.sort(score(world.y_test, world.test_base))
     if kind in ("location", "scale"):
@@ -62,10 +69,8 @@ def proposition_34(world, spec: dict, sizes: list[int], ells: list[int], rng: np
                      for alpha in world.shifts]
     elif kind in ("sort", "response"):
         site_laws = _block_laws(world, spec, sizes, reference.size, score, rng)
-        if site_laws is None:
-            return None
     else:
-        return None
+        raise NotEstimable(f"{kind} heterogeneity gives no site law that the test set can stand for")
     points = rng.choice(reference, size=min(EVALUATION_POINTS, reference.size), replace=False)
     ells, sizes = np.asarray(ells, dtype=float), np.asarray(sizes, dtype=float)
     p_ref = betainc(ells, sizes - ells + 1, _ecdf(reference, points)[:, None])
@@ -82,7 +87,10 @@ def _block_laws(world, spec, sizes, n_test, score, rng):
     order = np.argsort(blended_key(key, spec["strength"], rng), kind="stable")
     bounds = np.rint(np.cumsum([0, *sizes]) / sum(sizes) * n_test).astype(int)
     if np.diff(bounds).min() < MIN_BLOCK:
-        return None
+        raise NotEstimable(f"{spec['kind']} partition: the smallest site's block holds "
+                           f"{np.diff(bounds).min()} of the {n_test} test points, fewer than the "
+                           f"{MIN_BLOCK} needed to estimate its law (more data, a larger test "
+                           f"fraction or fewer sites)")
     scores = score(world.y_test, world.test_base)
     return [np.sort(scores[order[bounds[j]:bounds[j + 1]]]) for j in range(len(sizes))]
 
@@ -100,6 +108,7 @@ class HeterogeneityReport:
         self.plan_orders = plan_orders  # sizes -> per-site orders of the FedCP-QQ plan, or None
         self.sites: dict[str, list[dict]] = {}
         self.spreads, self.tvs = [], []
+        self.why_not: str | None = None  # why proposition 3.4's bound was not estimated
 
     def add(self, world, rng) -> None:
         summary = site_summary(world)
@@ -109,12 +118,23 @@ class HeterogeneityReport:
         if value is not None:
             self.spreads.append(value)
         sizes = [stats["n"] for stats in summary.values()]
-        # proposition 3.4 is about conformal calibration: no FedCP-QQ plan for two-sample statistics
-        ells = self.plan_orders(tuple(sizes)) if all(sizes) and world.task == "regression" else None
-        if ells is not None:
-            tv = proposition_34(world, self.spec, sizes, ells, rng)
-            if tv is not None:
-                self.tvs.append(tv)
+        try:
+            self.tvs.append(proposition_34(world, self.spec, sizes, self._orders(world, sizes), rng))
+        except NotEstimable as exc:
+            self.why_not = str(exc)
+
+    def _orders(self, world, sizes) -> list[int]:
+        """FedCP-QQ's per-site orders ell_j, which the bound is about."""
+        if world.task != "regression":  # no FedCP-QQ plan for classification or two-sample statistics
+            raise NotEstimable(f"the bound is about FedCP-QQ's conformal regression scores; this is "
+                               f"{world.task} data")
+        if not all(sizes):
+            raise NotEstimable("a site joined with no calibration points")
+        ells = self.plan_orders(tuple(sizes))
+        if ells is None:
+            raise NotEstimable(f"FedCP-QQ has no valid plan for these site sizes at alpha "
+                               f"(n_j from {min(sizes)} to {max(sizes)})")
+        return ells
 
     def summary(self) -> dict:
         def mean(key, items):
@@ -127,4 +147,5 @@ class HeterogeneityReport:
                              "score_median": mean("score_median", items)} for site, items in self.sites.items()},
             "spread": float(np.mean(self.spreads)) if self.spreads else None,
             "proposition_34_tv": float(np.mean(self.tvs)) if self.tvs else None,
+            "proposition_34_why": None if self.tvs else self.why_not,
         }

@@ -245,4 +245,6 @@ def sites_line(summary: dict) -> str:
             text += f", spread of site median scores {h['spread']:.3f}"
     if h["proposition_34_tv"] is not None:
         text += f"; proposition 3.4 coverage-loss bound {h['proposition_34_tv']:.4f}"
+    elif h.get("proposition_34_why"):
+        text += f"; proposition 3.4 bound not estimated: {h['proposition_34_why']}"
     return text

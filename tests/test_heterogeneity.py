@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runner.heterogeneity import HeterogeneityReport, proposition_34, site_summary
+from runner.heterogeneity import HeterogeneityReport, NotEstimable, proposition_34, site_summary
 from runner.study import _fedcp_qq_orders
 from scenarios.scenario import validate_scenario
 from stats.conformal import order_statistic, quantile_of_quantiles
@@ -44,7 +44,8 @@ def test_sort_partitions_are_estimated_from_the_test_set():
     mixed = tv_of(scenario("response", strength=0.0))
     sorted_ = tv_of(scenario("response", strength=1.0))
     assert sorted_ > 0.5 and mixed < sorted_ / 3
-    assert tv_of(scenario("cluster")) is None  # not estimable: reported as such
+    with pytest.raises(NotEstimable, match="cluster heterogeneity"):  # not estimable: reported as such
+        tv_of(scenario("cluster"))
 
 
 def test_prop34_tv_is_a_coverage_loss_bound_for_a_location_shift():
@@ -82,6 +83,25 @@ def test_report_lists_each_sites_size_and_a_spread():
     out = report.summary()
     assert out["kind"] == "location" and out["proposition_34_tv"] > 0 and out["spread"] > 0
     assert set(out["sites"]) == set(world.shards)
+
+
+def test_a_bound_not_estimated_says_why_in_the_summary_and_the_printed_line():
+    """Issue 24: 6,000 rows, a 0.2 test fraction and 60 sites leave 20 test points per sorted
+    block, below MIN_BLOCK = 30: the summary's null comes with the reason, and so does the line."""
+    from runner.report import sites_line
+
+    s = validate_scenario({**scenario("response", strength=1.0), "sites": {
+        **scenario("response")["sites"], "count": 60, "sizes": 30}})
+    report = HeterogeneityReport(s, _fedcp_qq_orders(s))
+    report.add(build_trial(s, 0), np.random.default_rng(0))
+    out = report.summary()
+    assert out["proposition_34_tv"] is None
+    assert "holds 20 of the 1200 test points, fewer than the 30" in out["proposition_34_why"]
+    line = sites_line({"heterogeneity": out, "site_devices": ["cpu"]})
+    assert "proposition 3.4 bound not estimated: response partition" in line
+    computed = HeterogeneityReport(scenario("location", sigma=1.0), _fedcp_qq_orders(scenario("location")))
+    computed.add(build_trial(scenario("location", sigma=1.0), 0), np.random.default_rng(0))
+    assert computed.summary()["proposition_34_why"] is None
 
 
 @pytest.mark.parametrize("kind", ["sort", "cluster", "dirichlet"])
