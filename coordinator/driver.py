@@ -84,7 +84,7 @@ class Coordinator:
         session = join_session(trial)
         self.seed = seed
         self.ledger.context = {"trial": trial, "session": session, "method": "", "codec": "", "phase": "join"}
-        self._maybe_die(trial, "join", None)
+        self._maybe_die(trial, "join", session)
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
         began = time.monotonic()
         answers, dropped = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
@@ -114,8 +114,8 @@ class Coordinator:
         """What actually left (after any scripted fault), into the ledger."""
         self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes)
 
-    def _maybe_die(self, trial, phase, method) -> None:
-        rule = self.faults.kill_coordinator(trial, phase, method) if self.faults is not None else None
+    def _maybe_die(self, trial, phase, session) -> None:
+        rule = self.faults.kill_coordinator(trial, phase, session) if self.faults is not None else None
         if rule is not None:
             self.events.write("fault", rule=rule.index, action="kill_coordinator", trial=trial, phase=phase)
             self.ledger.flush()
@@ -135,7 +135,7 @@ class Coordinator:
         session = method_session(trial, index)
         codec = method.make_codec()
         self.events.write("session_start", trial=trial, session=session, method=method.name,
-                          sites=len(sizes))
+                          label=label or method.name, sites=len(sizes))
         half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
         step = half.start()
         rounds = 0
@@ -143,15 +143,14 @@ class Coordinator:
             rounds += 1
             self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
                                    "codec": method.codec, "phase": step.phase}
-            self._maybe_die(trial, step.phase, method.name)
+            self._maybe_die(trial, step.phase, session)
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": codec.wrap_request(body)})
                      for site, body in step.requests.items()}
             if codec.route == "shuffler":
                 answers, dropped = self._shuffled_phase(session, step.phase, sends, self.deadlines.respond,
-                                                        trial=trial, method=method.name, minimum=step.minimum)
+                                                        trial=trial, minimum=step.minimum)
             else:
-                answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond, trial=trial,
-                                               method=method.name)
+                answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond, trial=trial)
             decoded = {}  # in site-id order, so that methods see the same order in every backend
             for site, payload in sorted(answers.items()):
                 row = self._answer_rows.get(site) or self._answer_rows.get(SHUFFLER_ID, {})
@@ -167,13 +166,13 @@ class Coordinator:
             step = half.advance(step.phase, decoded, dropped)
         self.ledger.flush()
         self.events.write("session_end", trial=trial, session=session, method=method.name,
-                          status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)
+                          label=label or method.name, status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)
         return step
 
     # -- one phase ---------------------------------------------------------------------------
 
     def _phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-               trial=None, method=None, until=None, log_missing=True, on_lost=None):
+               trial=None, until=None, log_missing=True, on_lost=None):
         """Send each site its message and collect the answers until all came (or were lost),
         the deadline passed, or `until()` holds (a shuffled phase waits for the shuffler's
         batch). `on_lost({site: reason})`: called as connections of awaited sites close."""
@@ -183,7 +182,7 @@ class Coordinator:
         for site, (mtype, payload) in sends.items():
             assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
             data = self.channel.pack(mtype, session, payload)
-            if self.outbox.send(data, mtype, peer=site, trial=trial, phase=phase, method=method):
+            if self.outbox.send(data, mtype, peer=site, trial=trial, phase=phase, session=session):
                 reachable.append(site)
             else:
                 dropped[site] = "not connected"
@@ -233,7 +232,7 @@ class Coordinator:
         return None
 
     def _shuffled_phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-                        trial=None, method=None, minimum: int = 0):
+                        trial=None, minimum: int = 0):
         """A phase whose answers go through the shuffler: open a batch there and wait until the
         shuffler says it holds it (`batch_ready`), then send the requests, take `error`s from
         sites directly and the permuted batch from the shuffler. Asking only after the shuffler
@@ -248,7 +247,7 @@ class Coordinator:
         else:
             open_payload = {"phase": phase, "expected": sorted(sends), "deadline": timeout, "minimum": int(minimum)}
             self.outbox.send(self.channel.pack("batch_open", session, open_payload), "batch_open", peer=SHUFFLER_ID,
-                             trial=trial, phase=phase, method=method)
+                             trial=trial, phase=phase, session=session)
             self._log_faults()
             if not self._await_batch_ready(session, phase, time.monotonic() + timeout):
                 dropped = {site: f"not asked: the shuffler did not confirm the batch within {timeout:g} s"
@@ -259,9 +258,9 @@ class Coordinator:
             return {}, dropped
         def tell_shuffler(lost: dict[str, str]) -> None:  # its batch need not wait for them
             self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": lost}), "batch_lost",
-                             peer=SHUFFLER_ID, trial=trial, phase=phase, method=method)
+                             peer=SHUFFLER_ID, trial=trial, phase=phase, session=session)
 
-        answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial, method=method,
+        answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial,
                                        until=lambda: self._batch is not None, log_missing=False,
                                        on_lost=tell_shuffler)
         batch, self._batch = self._batch, None

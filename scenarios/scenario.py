@@ -24,7 +24,7 @@ from models import MODELS
 from protocol.accounting import BUDGET_FIELDS
 from protocol.methods import METHODS
 from specs.plugins import PluginError, is_import_path
-from specs.schema import ScenarioError, apply_overrides, read_yaml, validate
+from specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
 
 SCENARIO_FIELDS = {
@@ -75,21 +75,34 @@ SCENARIO_FIELDS = {
 DEVICES = ["auto", "cpu", "cuda"]
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Read, override and validate a scenario file; errors name the file, field and expectation."""
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | dict = ()) -> dict:
+    """Read, override (specs.schema.apply_overrides) and validate a scenario file; errors name
+    the file, field and expectation."""
     raw = read_yaml(path)
     try:
-        return validate_scenario(apply_overrides(raw, list(overrides)))
+        return validate_scenario(apply_overrides(raw, overrides if isinstance(overrides, dict) else list(overrides)))
     except ScenarioError as exc:
         raise exc.in_file(str(path)) from None
 
 
 def validate_scenario(raw: dict) -> dict:
-    scenario = validate({"type": "map", "fields": SCENARIO_FIELDS}, raw, "")
-    scenario["data"] = _select("data", "source", SOURCES, scenario["data"])
-    scenario["model"] = _validate_model(scenario["model"])
-    scenario["methods"] = [_validate_method(i, spec) for i, spec in enumerate(scenario["methods"])]
-    _cross_checks(scenario)
+    """The scenario with defaults filled in; ScenarioError (ScenarioErrors when several) naming
+    every problem: each field is checked whatever its neighbours hold, then, when all fields
+    are sound, the checks across fields."""
+    if not isinstance(raw, dict):
+        raise ScenarioError("(top level)", "a mapping of scenario fields", raw)
+    problems = Problems()
+    scenario = problems.attempt(validate, {"type": "map", "fields": SCENARIO_FIELDS}, raw, "")
+    data = problems.attempt(_select, "data", "source", SOURCES, raw.get("data"))
+    model = problems.attempt(_validate_model, raw.get("model"))
+    methods = raw.get("methods")
+    methods = [problems.attempt(_validate_method, i, spec)
+               for i, spec in enumerate(methods if isinstance(methods, list) else [])]
+    problems.raise_any()
+    scenario.update(data=data, model=model, methods=methods)
+    for problem in _cross_checks(scenario):
+        problems.add(problem)
+    problems.raise_any()
     return scenario
 
 
@@ -151,53 +164,59 @@ def load_plugins(paths: dict[str, list[str]]) -> None:
             registries[kind].load(name)
 
 
-def _cross_checks(s: dict) -> None:
+def _cross_checks(s: dict):
+    """Problems between fields (each a ScenarioError), all of them."""
     split, sites, data = s["split"], s["sites"], s["data"]
     total = split["train"] + split["calibration"] + split["test"]
     if total > 1 + 1e-9:
-        raise ScenarioError("split", "fractions adding up to at most 1", total)
+        yield ScenarioError("split", "fractions adding up to at most 1", total)
     separate_test = bool(data.get("n_test"))
     gives = MODELS[s["model"]["kind"]].data
     if separate_test and split["test"] > 0:
-        raise ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
+        yield ScenarioError("split.test", "0 when data.n_test draws a separate test set", split["test"])
     if not separate_test and split["test"] == 0 and gives != "examples":  # learning sites test on their own
-        raise ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
+        yield ScenarioError("split.test", "a positive fraction (the data source has no separate test set)", 0)
     source = SOURCES[data["source"]]
     problem = source.check(data)
     if problem:
-        raise ScenarioError(*problem)
+        yield ScenarioError(*problem)
+        return  # the checks below read the data
     task = source.task(data)
     model_task = MODELS[s["model"]["kind"]].task
     if model_task != task and not (model_task == "two_sample" and task == "regression"):
-        raise ScenarioError("model.kind", f"a {task} model for this {task} data (got a {model_task} model)",
+        yield ScenarioError("model.kind", f"a {task} model for this {task} data (got a {model_task} model)",
                             s["model"]["kind"])
     for index, method in enumerate(s["methods"]):
         wants = METHODS[method["name"]].data
         if wants != gives:
-            raise ScenarioError(f"methods[{index}].name", f"a method for the model's data: "
+            yield ScenarioError(f"methods[{index}].name", f"a method for the model's data: "
                                 f"{method['name']} works on {wants} data, model {s['model']['kind']} gives "
                                 f"{gives}", method["name"])
     if sites["heterogeneity"]["kind"] == "dirichlet" and task != "classification":
-        raise ScenarioError("sites.heterogeneity.kind", "dirichlet label skew for classification data only",
+        yield ScenarioError("sites.heterogeneity.kind", "dirichlet label skew for classification data only",
                             "dirichlet")
     sizes = sites["sizes"]
     if isinstance(sizes, list) and len(sizes) != sites["count"]:
-        raise ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)
+        yield ScenarioError("sites.sizes", f"one size per site ({sites['count']} values)", sizes)
+        sizes = "equal"  # for the capacity check below
     rows = source.rows(data)
     capacity = int(split["calibration"] * rows)
     needed = sites["count"] if sizes == "equal" else sum(site_sizes(sizes, sites["count"], capacity))
     if needed > capacity:
-        raise ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
+        yield ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
                             f"{split['calibration']:g} x {rows} rows of data)", f"{needed} needed")
     from world.trial import site_ids
 
     ids = site_ids(sites["count"])
+    labels = [m["label"] for m in s["methods"]]
     for index, fault in enumerate(s["faults"]):
         problem = check_fault(fault, ids, f"faults[{index}]")
         if problem:
             field, expectation = problem.split(": ", 1)
-            raise ScenarioError(field, expectation)
-    labels = [m["label"] for m in s["methods"]]
+            yield ScenarioError(field, expectation)
+        if fault["method"] is not None and fault["method"] not in labels:
+            yield ScenarioError(f"faults[{index}].method", "one of the methods' labels: " + ", ".join(labels),
+                                fault["method"])
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
-        raise ScenarioError("methods", "distinct labels (add 'label:' to tell entries apart)", duplicates)
+        yield ScenarioError("methods", "distinct labels (add 'label:' to tell entries apart)", duplicates)

@@ -123,7 +123,7 @@ class SiteAgent:
         else:
             trial, phase, method = session // SESSIONS_PER_TRIAL, payload["phase"], payload["method"]
         delay = 0.0
-        behaviour = self.faults.behaviour(trial, phase, method) if self.faults is not None else None
+        behaviour = self.faults.behaviour(trial, phase, session) if self.faults is not None else None
         if behaviour is not None:
             action, seconds = behaviour
             self.log.warning("scripted fault: %s in trial %s, phase %s", action, trial, phase)
@@ -139,7 +139,7 @@ class SiteAgent:
 
         def reply(mtype, body):
             self.outbox.send(self.channel.pack(mtype, session, body), mtype, trial=trial, phase=phase,
-                             method=method, delay=delay)
+                             session=session, delay=delay)
 
         if envelope.type == "open":
             try:
@@ -167,7 +167,7 @@ class SiteAgent:
         else:
             shuffle_channel, shuffle_outbox = self.to_shuffler
             shuffle_outbox.send(shuffle_channel.pack("sealed", session, {"phase": phase, "ciphertext": body}),
-                                "sealed", trial=trial, phase=phase, method=method, delay=delay)
+                                "sealed", trial=trial, phase=phase, session=session, delay=delay)
 
     def _crash(self) -> None:
         """End this agent as a crash would: nothing more leaves, its connections drop now."""

@@ -85,3 +85,29 @@ def test_every_session_ends_in_a_correct_result_or_an_explained_abort(tmp_path, 
         assert code == 0 or (name == "crash" and per_process == 1 and process == VICTIM and code == -9), (process, code)
     if name not in ("crash",):  # sites recover for the next trial
         assert all(int(r["sites"]) == 4 for r in rows if r["trial"] == "1")
+
+
+def test_a_rule_names_a_method_by_its_label_and_hits_that_entry_alone():
+    """Two entries of one method told apart by `label`: a rule for the second fires in its
+    sessions only, on the site side (behaviour) and the coordinator's (transform), and a label
+    the scenario does not have is a validation error naming the field."""
+    from protocol.sessions import join_session, method_session
+    from transport.faults import FaultInjector, resolve_rules
+
+    labels = ["fedcp_qq", "fedcp2_qq", "fedcp2_robust4"]
+    specs = [{"action": "straggle", "sites": "all", "trials": "all", "phase": "respond", "method": "fedcp2_robust4",
+              "direction": "up", "probability": 1.0, "seconds": 1.0, "mode": "bytes"},
+             {"action": "drop", "sites": "all", "trials": "all", "phase": None, "method": "fedcp2_robust4",
+              "direction": "down", "probability": 1.0, "seconds": 1.0, "mode": "bytes"}]
+    rules = resolve_rules(specs, ["site-000"], 0, labels)
+    site, coordinator = FaultInjector(rules, "site-000", 0), FaultInjector(rules, "coordinator", 0)
+    for trial in (0, 3):
+        assert site.behaviour(trial, "respond", method_session(trial, 2)) == ("straggle", 1.0)
+        assert site.behaviour(trial, "respond", method_session(trial, 1)) is None  # same name, other label
+        assert site.behaviour(trial, "join", join_session(trial)) is None
+        assert coordinator.transform(b"x", 0.0, trial, "respond", method_session(trial, 2), "site-000") == []
+        assert coordinator.transform(b"x", 0.0, trial, "respond", method_session(trial, 1), "site-000") != []
+    raw = yaml.safe_load(TINY.read_text())
+    raw.update(methods=METHODS, faults=[{"action": "crash", "method": "fedcp2_robust4"}])
+    with pytest.raises(ValueError, match=r"faults\[0\]\.method.*fedcp_qq, centralized, fedcp2_qq"):
+        validate_scenario(raw)

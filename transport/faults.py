@@ -7,7 +7,7 @@ A scenario's `faults:` list holds rules; each names an action, where it applies 
                (with direction: down, `shuffler` names the coordinator's messages to the shuffler,
                e.g. a delayed batch_open; `all` never includes it)
     trials     all (default) | 3 | [0, 4]
-    phase      join | respond | ... (default: any)        method   a method label (default: any)
+    phase      join | respond | ... (default: any)        method   a method's label (default: any)
     direction  up (site -> coordinator, default) | down (coordinator -> site)
     probability  of applying to each matching message (default 1)
     seconds    for delay and reorder (default 1)           mode     corrupt: bytes | truncate | types | content
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
+from protocol.sessions import method_index
 from protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
 from stats.randomness import stable_key
 
@@ -62,25 +63,33 @@ class FaultRule:
     sites: frozenset[str] | None  # None: every site
     trials: frozenset[int] | None  # None: every trial
     phase: str | None
-    method: str | None
+    method: str | None  # the label, as the scenario names it
+    method_index: int | None  # its place in the scenario's methods: what a session number tells
     direction: str
     probability: float
     seconds: float
     mode: str
 
-    def applies(self, trial, phase, method, site=None) -> bool:
+    def applies(self, trial, phase, session, site=None) -> bool:
+        """Whether the rule concerns a message of this trial, phase and session (whose number
+        tells the method, protocol.sessions) to or from `site`."""
         return ((self.trials is None or trial in self.trials) and (self.phase is None or phase == self.phase)
-                and (self.method is None or method == self.method)
+                and (self.method_index is None or method_index(session) == self.method_index)
                 and (site is None or (self.sites is None and site != SHUFFLER_ID)
                      or (self.sites is not None and site in self.sites)))
 
 
-def resolve_rules(specs: list[dict], site_ids: list[str], seed: int) -> list[FaultRule]:
-    """Turn validated fault entries into rules with concrete site sets (fractions drawn once)."""
+def resolve_rules(specs: list[dict], site_ids: list[str], seed: int, labels: list[str]) -> list[FaultRule]:
+    """Turn validated fault entries into rules with concrete site sets (fractions drawn once);
+    `labels`: the scenario's method labels in order, which a rule's `method` names."""
     rules = []
     for index, spec in enumerate(specs):
+        method = spec["method"]
+        if method is not None and method not in labels:
+            raise ValueError(f"faults[{index}].method: {method!r} is not one of the labels {list(labels)}")
         rules.append(FaultRule(index, spec["action"], resolve_sites(spec["sites"], site_ids, seed, index),
-                               _resolve_trials(spec["trials"]), spec["phase"], spec["method"], spec["direction"],
+                               _resolve_trials(spec["trials"]), spec["phase"], method,
+                               None if method is None else list(labels).index(method), spec["direction"],
                                spec["probability"], spec["seconds"], spec["mode"]))
     return rules
 
@@ -109,7 +118,7 @@ def check_fault(spec: dict, site_ids: list[str], path: str) -> str | None:
     if spec["direction"] == "down" and spec["action"] in MESSAGE_ACTIONS + ("delay",):
         site_ids = [*site_ids, SHUFFLER_ID]  # the coordinator's messages to the shuffler can be hit too
     if isinstance(sites, str) and sites != "all" and sites not in site_ids:
-        return f"{path}.sites: unknown site {sites!r}"
+        return f"{path}.sites: a site id of this scenario ({site_ids[0]} ... {site_ids[-1]}), got {sites!r}"
     if isinstance(sites, list) and (not sites or any(s not in site_ids for s in sites)):
         return f"{path}.sites: expected known site ids, got {sites!r}"
     if isinstance(sites, dict):
@@ -140,22 +149,22 @@ class FaultInjector:
     def _draw(self, rule: FaultRule) -> bool:
         return rule.probability >= 1 or self.rngs[rule.index].random() < rule.probability
 
-    def behaviour(self, trial, phase, method) -> tuple[str, float] | None:
+    def behaviour(self, trial, phase, session) -> tuple[str, float] | None:
         """Site side: ("crash"|"kill_host"|"straggle"|"delay", seconds) for a request it is about to answer."""
         for rule in self.rules:
-            if rule.action in SITE_ACTIONS and rule.direction == "up" and rule.applies(trial, phase, method, self.party):
+            if rule.action in SITE_ACTIONS and rule.direction == "up" and rule.applies(trial, phase, session, self.party):
                 if self._draw(rule):
                     self.fired.append((rule, {"trial": trial, "phase": phase}))
                     return rule.action, rule.seconds
         return None
 
-    def kill_coordinator(self, trial, phase, method) -> FaultRule | None:
+    def kill_coordinator(self, trial, phase, session) -> FaultRule | None:
         for rule in self.rules:
-            if rule.action == "kill_coordinator" and rule.applies(trial, phase, method) and self._draw(rule):
+            if rule.action == "kill_coordinator" and rule.applies(trial, phase, session) and self._draw(rule):
                 return rule
         return None
 
-    def transform(self, data: bytes, now: float, trial, phase, method, peer=None):
+    def transform(self, data: bytes, now: float, trial, phase, session, peer=None):
         """What actually leaves, as (earliest send time, bytes, peer); a held message is released
         right after the next one that leaves. `peer` is the destination site of the coordinator's
         messages (None for a site's own)."""
@@ -163,7 +172,7 @@ class FaultInjector:
         direction = "down" if peer is not None else "up"
         out = [(now, data, peer)]
         for rule in self.rules:
-            if rule.direction != direction or not rule.applies(trial, phase, method, site):
+            if rule.direction != direction or not rule.applies(trial, phase, session, site):
                 continue
             if rule.action == "delay" and direction == "down" and self._draw(rule):
                 self.fired.append((rule, {"trial": trial, "phase": phase, "site": site}))

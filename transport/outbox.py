@@ -20,13 +20,14 @@ class Outbox:
         self._send_raw, self.faults, self.on_sent = send_raw, faults, on_sent
         self.queue: list[tuple[float, bytes, str | None, str]] = []  # (due, data, peer, type)
 
-    def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, method=None, delay=0.0) -> bool:
-        """Queue or send one packed message; False if it could not leave at once (not connected)."""
+    def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, session=None, delay=0.0) -> bool:
+        """Queue or send one packed message; False if it could not leave at once (not connected).
+        trial, phase and session say which scripted faults concern it."""
         now = time.monotonic()
         if self.faults is None:
             items = [(now + delay, data, peer)]
         else:
-            items = self.faults.transform(data, now + delay, trial, phase, method, peer)
+            items = self.faults.transform(data, now + delay, trial, phase, session, peer)
         ok = True
         for due, payload, destination in items:
             if due <= now:
