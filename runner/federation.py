@@ -141,10 +141,19 @@ class InProcessFederation:
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         session = method_session(trial, index)
 
+        phases = set()
+
         def ask(site, phase, body):
+            phases.add(phase)
             return self.sites[site].answer(session, method.name, phase, body)
 
-        return drive(method, sizes, ask, site_rng(self.seed, trial, session, COORDINATOR_ID))
+        self.events.write("session_start", trial=trial, session=session, method=method.name, label=label,
+                          sites=len(sizes))
+        outcome = drive(method, sizes, ask, site_rng(self.seed, trial, session, COORDINATOR_ID))
+        self.events.write("session_end", trial=trial, session=session, method=method.name, label=label,
+                          status=outcome.status, threshold=outcome.threshold, reason=outcome.reason,
+                          rounds=len(phases))
+        return outcome
 
     def close(self) -> None:
         """Nothing to release: the in-process sites hold no processes or sockets."""

@@ -27,6 +27,8 @@ from runner.outputs import RunDirectory
 from runner.plots import learning_plot, run_plots
 from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
 from runner.report import communication, summarize
+from runner.timeline import draw_timeline
+from runner.trace import Timeline, write_trace
 from scenarios.scenario import method_params
 from sites.storage import remove_trial, write_trial
 from stats.randomness import trial_rng
@@ -87,7 +89,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                                     [*ids, SHUFFLER_ID])
         shuffled = any(CODECS[method.codec].route == "shuffler" for _, method in methods)
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
-                                       key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"]),
+                                       key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"], [label for label, _ in methods]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
                                        shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario)
         if on_listening is not None:
@@ -153,9 +155,19 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     try:
         run_plots(rundir.read_results(), scenario["alpha"], rundir.path)
         learning_plot(rundir.read_rounds(), rundir.path)
+        write_timeline(rundir.path)
     except Exception as exc:  # a plot must never cost the results already written
         EventLog(rundir.events).write("plot_failed", reason=f"{type(exc).__name__}: {exc}")
     return summary
+
+
+def write_timeline(path: Path, trial: int | None = None, png: Path | None = None) -> tuple[Path, Path, int]:
+    """trace.json and a timeline PNG (default DIR/timeline.png) for `trial` (default: the first
+    with a dropout, refusal or fault) from what run directory `path` holds."""
+    timeline = Timeline.of(path)
+    trial = timeline.troubled_trial() if trial is None else trial
+    trace = write_trace(timeline, Path(path) / "trace.json")
+    return trace, draw_timeline(timeline, trial, png or Path(path) / "timeline.png"), trial
 
 
 def _fedcp_qq_orders(scenario: dict):

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 GREETING_BYTES = 64
 CURVE_MESSAGE_OVERHEAD = 33
 LEDGER_COLUMNS = ["trial", "session", "method", "codec", "phase", "site", "direction", "type", "bytes",
-                  "info_bits", "accepted"]
+                  "info_bits", "accepted", "ts"]  # ts: Unix time the message left or arrived (s, to 1 us)
 
 
 def frame_bytes(length: int) -> int:
@@ -73,7 +74,7 @@ class Ledger:
         """Add one row (tags from `context`, then `override`); returns it for later updates."""
         row = {"trial": "", "session": "", "method": "", "codec": "", "phase": "", **self.context,
                **override, "site": site, "direction": direction, "type": mtype, "bytes": int(nbytes),
-               "info_bits": int(info_bits), "accepted": int(bool(accepted))}
+               "info_bits": int(info_bits), "accepted": int(bool(accepted)), "ts": round(time.time(), 6)}
         self.rows.append(row)
         self._pending.append(row)
         return row
@@ -84,8 +85,12 @@ class Ledger:
             self._pending.clear()
             return
         new = not self.path.exists()
+        columns = LEDGER_COLUMNS
+        if not new:  # a run resumed from an older ledger keeps that ledger's columns
+            with open(self.path, newline="") as handle:
+                columns = next(csv.reader(handle), None) or LEDGER_COLUMNS
         with open(self.path, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=LEDGER_COLUMNS)
+            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerows(self._pending)
