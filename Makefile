@@ -7,12 +7,13 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test test-all bench paper001-fig2 paper002 paper004 clean
 
-# The example plugin (examples/quorum-bisection) is installed too, so that its entry points are
-# found and its tests run in `make test`: the plugin path cannot rot.
-$(VENV)/.installed: requirements.txt examples/quorum-bisection/pyproject.toml
+# Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
+# notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
+# are found and its tests run in `make test`: the plugin path cannot rot.
+$(VENV)/.installed: requirements.txt pyproject.toml examples/quorum-bisection/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e examples/quorum-bisection
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . -e examples/quorum-bisection
 	touch $@
 
 demo: $(VENV)/.installed

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Quorum's command line: run scenarios, plan FedCP-QQ orders, validate files, start a site."""
+"""Quorum's command line: run scenarios, plan FedCP-QQ orders, validate files, start a site.
+
+A thin layer over the Python API (the `quorum` package): each command parses its options,
+calls the API and prints what it returns."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -29,18 +31,16 @@ def cli() -> None:
 @click.option("--keep-work", is_flag=True, help="Keep each trial's site shards and model under DIR/work.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out after its coordinator was killed.")
 def run(scenario, out, trials, overrides, backend, keep_work, resume):
-    """Run SCENARIO and write results.csv, summary.json, events.jsonl and the scenario as run."""
-    from runner.study import run_study
-    from scenarios.scenario import load_scenario
+    """Run SCENARIO and write results.csv, summary.json, events.jsonl, ledger.csv, trace.json,
+    timeline.png and the scenario as run."""
+    import quorum
 
     overrides = list(overrides) + ([f"trials={trials}"] if trials else [])
-    spec = _load_or_exit(load_scenario, scenario, overrides)
+    spec = _load_or_exit(scenario, overrides)
     if resume and not out:
         raise click.UsageError("--resume needs the --out directory of the run to continue")
-    out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if (out / "results.csv").exists() and not resume:
-        raise click.ClickException(f"{out} already holds results.csv; choose another --out (or --resume)")
-    _run_with_progress(spec, out, lambda progress: run_study(
+    out = Path(out) if out else quorum.runs.default_directory(spec.name)
+    _run_with_progress(spec, out, lambda progress: quorum.run(
         spec, out, backend=backend, progress=progress, keep_work=keep_work, resume=resume))
 
 
@@ -57,23 +57,20 @@ def run(scenario, out, trials, overrides, backend, keep_work, resume):
 @click.option("--resume", is_flag=True)
 def coordinator(scenario, bind, out, key_dir, plain, hello_timeout, trials, overrides, resume):
     """Run the coordinator for sites started by hand (`run.py site`), e.g. on other hosts."""
-    from runner.study import run_study
-    from scenarios.scenario import load_scenario
+    import quorum
 
     overrides = list(overrides) + ([f"trials={trials}"] if trials else []) + [
         f"runtime.bind={bind}", f"runtime.deadlines.hello={hello_timeout}",
         f"runtime.security={'plain' if plain else 'curve'}"] + ([f"runtime.keys={key_dir}"] if key_dir else [])
-    spec = _load_or_exit(load_scenario, scenario, overrides)
-    out = Path(out or f"runs/{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if (out / "results.csv").exists() and not resume:
-        raise click.ClickException(f"{out} already holds results.csv; choose another --out (or --resume)")
+    spec = _load_or_exit(scenario, overrides)
+    out = Path(out) if out else quorum.runs.default_directory(spec.name)
     security = 'plain' if plain else 'CURVE, keys in ' + (key_dir or str(out / 'keys'))
 
     def listening(endpoint):  # the port actually bound when --bind ends in ':*'
         click.echo(f"listening at {endpoint} ({security}); waiting for {spec['sites']['count']} sites: "
                    f"run.py site --connect {endpoint.replace('0.0.0.0', 'THIS-HOST')} ...", err=True)
         sys.stderr.flush()
-    _run_with_progress(spec, out, lambda progress: run_study(
+    _run_with_progress(spec, out, lambda progress: quorum.run(
         spec, out, progress=progress, resume=resume, external_sites=True, on_listening=listening))
 
 
@@ -81,9 +78,11 @@ def _run_with_progress(spec, out, start):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from quorum import RunDirectoryError
     from runner.privacy import privacy_line
     from runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
     from runner.study import ResumeError
+    spec = spec.to_dict()
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
@@ -96,8 +95,8 @@ def _run_with_progress(spec, out, start):
             bar.update(task, advance=1, description=f"trial {trial + 1}/{spec['trials']} {label:<12}")
 
         try:
-            summary = start(progress)
-        except ResumeError as exc:
+            summary = start(progress).summary
+        except (ResumeError, RunDirectoryError) as exc:
             raise click.ClickException(str(exc)) from None
     if spec["model"]["kind"] == "two_sample":  # paper 004: tests and estimates, no prediction sets
         console.print(statistics_table(summary["methods"]))
@@ -109,7 +108,8 @@ def _run_with_progress(spec, out, start):
         console.print(communication_table(summary["communication"]))
     console.print(sites_line(summary))
     console.print(privacy_line(summary["privacy"]))
-    console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/")
+    console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/ "
+                  f"(timeline: timeline.png, trace.json)")
 
 
 @cli.command()
@@ -122,21 +122,19 @@ def _run_with_progress(spec, out, start):
 @click.option("--backend", type=click.Choice(["processes", "inprocess"]), default="processes", show_default=True)
 def sweep(scenario, grids, out, trials, overrides, backend):
     """Run SCENARIO over the product of --grid values; write sweep.csv and cost/utility plots."""
-    from runner.sweep import parse_grid, run_sweep
-    from scenarios.scenario import load_scenario
+    import quorum
 
     overrides = list(overrides) + ([f"trials={trials}"] if trials else [])
+    spec = _load_or_exit(scenario, overrides)
+    out = Path(out) if out else quorum.runs.default_directory(spec.name, "sweep")
     try:
-        grid = parse_grid(list(grids))
-        name = _load_or_exit(load_scenario, scenario, overrides)["name"]
-        out = Path(out or f"runs/{name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-        if (out / "sweep.csv").exists():
-            raise click.ClickException(f"{out} already holds sweep.csv; choose another --out")
-        rows = run_sweep(scenario, grid, out, overrides=overrides, backend=backend,
-                         progress=lambda i, n, label: click.echo(f"[{i}/{n}] {label}"))
+        rows = quorum.sweep(spec, list(grids), out, backend=backend,
+                            progress=lambda i, n, label: click.echo(f"[{i}/{n}] {label}"))
     except ScenarioError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _print_problems(exc)
         sys.exit(2)
+    except quorum.RunDirectoryError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"{len(rows)} rows in {out}/sweep.csv; plots: " +
                ", ".join(sorted(p.name for p in out.glob("*.png"))))
 
@@ -184,43 +182,17 @@ def plan(alpha, m, n, sizes, optimize, dropouts, as_json, table):
     Equal sizes (--sites, --n): eq. 6. Unequal (--sizes): the paper's rule
     ell_j = ceil((1-alpha)(n_j+1)), or with --optimize per-site orders closest to 1 - alpha.
     """
-    from stats.optimizer import plan_optimized
-    from stats.orderstats import qq_coverage_table
-    from stats.planner import plan_paper_rule, plan_quantile_of_quantiles
+    import quorum
 
-    if not 0 < alpha < 1:
-        raise click.BadParameter("must lie in (0, 1)", param_hint="--alpha")
     if sizes is not None:
-        if m is not None or n is not None:
-            raise click.UsageError("give either --sizes or --sites with --n, not both")
         try:
-            size_list = tuple(int(v) for v in sizes.split(","))
+            sizes = [int(v) for v in sizes.split(",")]
         except ValueError:
             raise click.BadParameter("expected comma-separated integers", param_hint="--sizes") from None
-        if not size_list or min(size_list) < 1:
-            raise click.BadParameter("sizes must be positive integers", param_hint="--sizes")
-    elif m is None or n is None:
-        raise click.UsageError("give --sites and --n, or --sizes")
-    else:
-        size_list = (n,) * m
-    if dropouts >= len(size_list):
-        raise click.BadParameter(f"must be below the number of sites ({len(size_list)})", param_hint="--dropouts")
-    if optimize:
-        chosen = plan_optimized(size_list, alpha, dropouts)
-        result = chosen.as_dict(per_site=sizes is not None)
-        paper = plan_paper_rule(size_list, alpha, dropouts)
-        result["coverage_paper_rule"] = None if paper.infinite else paper.coverage
-        result["k_paper_rule"] = paper.k
-        if sizes is None:
-            result["ell"] = list(chosen.ells) if chosen.ells is not None else None
-    elif sizes is not None:
-        result = plan_paper_rule(size_list, alpha, dropouts).as_dict(per_site=True)
-    else:
-        result = plan_quantile_of_quantiles(m, n, alpha, dropouts).as_dict()
-    if table:
-        if sizes is not None or optimize:
-            raise click.UsageError("--table needs equal sizes (--sites, --n) without --optimize")
-        result["M"] = qq_coverage_table(m, n).tolist()
+    try:
+        result = quorum.plan(alpha, m, n, sizes, optimize=optimize, dropouts=dropouts, table=table)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -257,12 +229,27 @@ def _print_plan(result: dict) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
 def validate(scenario, overrides):
-    """Check SCENARIO without running it."""
-    from scenarios.scenario import load_scenario
-
-    spec = _load_or_exit(load_scenario, scenario, list(overrides))
+    """Check SCENARIO without running it; every problem is listed, not only the first."""
+    spec = _load_or_exit(scenario, list(overrides)).to_dict()
     click.echo(f"{scenario}: OK ({spec['name']}: {spec['sites']['count']} sites, {spec['trials']} trials, "
                f"methods {', '.join(m['label'] for m in spec['methods'])})")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--trial", type=click.IntRange(min=0), help="The trial to draw (default: the first with a dropout, "
+              "refusal or fault, else the first).")
+@click.option("--out", type=click.Path(dir_okay=False), help="The PNG to write (default RUN_DIR/timeline.png).")
+def timeline(run_dir, trial, out):
+    """Rebuild RUN_DIR/trace.json (open it in ui.perfetto.dev or chrome://tracing) and draw one
+    trial's timeline: sites against time, a bar per phase, dropouts, refusals and faults marked."""
+    import quorum
+
+    try:
+        png = quorum.open_run(run_dir).timeline(trial, out)
+    except (quorum.RunDirectoryError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{png} and {Path(run_dir) / 'trace.json'}")
 
 
 @cli.command()
@@ -285,10 +272,9 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
     serving all the sites named (--sites-per-process splits them over several)."""
     from runner.processes import SiteHosts
     from world.trial import site_ids as all_site_ids
-    from scenarios.scenario import load_scenario
     from transport.faults import resolve_rules
 
-    spec = _load_or_exit(load_scenario, scenario, []) if scenario else None
+    spec = _load_or_exit(scenario, []).to_dict() if scenario else None
     ids = list(site_ids) + _parse_site_range(site_range, spec)
     if not ids:
         raise click.UsageError("name the sites to run with --site-id or --site-ids")
@@ -296,7 +282,8 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
         raise click.UsageError("CURVE needs --keys (or --plain for debugging)")
     workdir = Path(workdir)
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"]) if spec else []
+    rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"],
+                          [m["label"] for m in spec["methods"]]) if spec else []
     processes = SiteHosts(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
                           fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
                           watch_parent=False, idle_timeout=idle_timeout,
@@ -318,10 +305,9 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
 def keys(directory, scenario, sites):
     """Create CurveZMQ key pairs: coordinator.key(_secret) and SITE.key(_secret) for each site."""
     from world.trial import site_ids
-    from scenarios.scenario import load_scenario
     from transport.security import generate_keys
 
-    count = _load_or_exit(load_scenario, scenario, [])["sites"]["count"] if scenario else sites
+    count = _load_or_exit(scenario, [])["sites"]["count"] if scenario else sites
     if not count:
         raise click.UsageError("give --scenario or --sites")
     generate_keys(directory, site_ids(count))
@@ -343,12 +329,23 @@ def _parse_site_range(text, spec) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _load_or_exit(load, path, overrides):
+def _load_or_exit(path, overrides):
+    """The scenario at `path` with `--set` overrides; every problem printed and exit 2 if any."""
+    from quorum import load_scenario
+
     try:
-        return load(path, overrides)
+        return load_scenario(path, overrides)
     except ScenarioError as exc:
-        click.echo(f"error: {exc}", err=True)
+        _print_problems(exc)
         sys.exit(2)
+
+
+def _print_problems(exc: ScenarioError) -> None:
+    problems = exc.problems
+    if len(problems) > 1:
+        click.echo(f"error: {len(problems)} problems:", err=True)
+    for problem in problems:
+        click.echo(f"error: {problem}", err=True)
 
 
 if __name__ == "__main__":

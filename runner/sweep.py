@@ -25,8 +25,8 @@ import yaml
 from runner.outputs import RunDirectory
 from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
 from runner.study import run_study
-from scenarios.scenario import load_scenario
-from specs.schema import ScenarioError
+from scenarios.scenario import validate_scenario
+from specs.schema import ScenarioError, apply_overrides
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
                  "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",
@@ -65,16 +65,18 @@ def grid_label(value) -> str:
     return str(value)
 
 
-def run_sweep(scenario_path, grid: list[tuple[str, list]], out: Path, *, overrides=(), backend="processes",
+def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backend="processes",
               progress=None) -> list[dict]:
+    """Run `scenario` (a scenario mapping as written, before defaults are filled in, so that a
+    swept model kind does not meet another kind's parameters) once per combination of the
+    grid's values, each combination validated before any runs; returns the rows of sweep.csv."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     keys = [key for key, _ in grid]
     combos = list(itertools.product(*[values for _, values in grid]))
     specs = []  # validate every combination before running any
     for combo in combos:
-        sets = [f"{k}={json.dumps(v)}" for k, v in zip(keys, combo)]
-        specs.append((combo, load_scenario(scenario_path, list(overrides) + sets)))
+        specs.append((combo, validate_scenario(apply_overrides(scenario, dict(zip(keys, combo))))))
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for number, (combo, spec) in enumerate(specs, start=1):
         labels = [grid_label(v) if isinstance(v, (dict, list)) else v for v in combo]

@@ -1,0 +1,152 @@
+"""Running scenarios from Python, and reading what a run wrote.
+
+    run = quorum.run(scenario, backend="inprocess")      # or "processes" (the default)
+    run.results        results.csv as a pandas DataFrame (one row per trial and method)
+    run.ledger         ledger.csv: every message with its wire size and time
+    run.events         events.jsonl: joins, dropouts, refusals, sessions, faults
+    run.rounds         rounds.csv (federated learning), run.privacy: privacy.csv
+    run.summary        summary.json as a dict
+    run.trace          trace.json as a dict; run.timeline(trial) draws a trial's timeline PNG
+
+The run directory is the one the CLI writes (`run.py run` is a thin layer over `run`);
+`open_run(path)` reads any run directory, finished, killed or still going.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from quorum.scenario import Scenario, as_scenario
+from runner.outputs import RunDirectory
+
+
+class RunDirectoryError(ValueError):
+    """A run directory that cannot be used as asked (already holds results, or not a run)."""
+
+
+class Run:
+    """A run directory, read lazily: each property reads its file when asked."""
+
+    def __init__(self, path: str | Path, summary: dict | None = None) -> None:
+        self.path = Path(path)
+        if not (self.path / "scenario.yaml").exists():
+            raise RunDirectoryError(f"{self.path} is not a run directory (no scenario.yaml)")
+        self._summary = summary
+        self._files = RunDirectory(self.path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    @property
+    def scenario(self) -> Scenario:
+        return Scenario.from_dict(self._files.read_scenario())
+
+    @property
+    def summary(self) -> dict:
+        if self._summary is None:
+            if not self._files.summary.exists():
+                raise RunDirectoryError(f"{self.path} has no summary.json yet (the run has not finished)")
+            self._summary = json.loads(self._files.summary.read_text())
+        return self._summary
+
+    @property
+    def results(self):
+        return _csv(self._files.results)
+
+    @property
+    def ledger(self):
+        return _csv(self._files.ledger)
+
+    @property
+    def rounds(self):
+        return _csv(self._files.rounds)
+
+    @property
+    def privacy(self):
+        return _csv(self._files.privacy)
+
+    @property
+    def events(self):
+        import pandas as pd
+
+        lines = self._files.events.read_text().splitlines() if self._files.events.exists() else []
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a torn last line of a killed run
+                continue
+        return pd.DataFrame.from_records(records, columns=None if records else ["ts", "event"])
+
+    @property
+    def trace(self) -> dict:
+        path = self.path / "trace.json"
+        if not path.exists():
+            self.timeline()
+        return json.loads(path.read_text())
+
+    def timeline(self, trial: int | None = None, out: str | Path | None = None) -> Path:
+        """Draw `trial`'s timeline (default: the first with a dropout, refusal or fault) to
+        `out` (default DIR/timeline.png), rewriting DIR/trace.json; returns the PNG's path."""
+        from runner.study import write_timeline
+
+        return write_timeline(self.path, trial, Path(out) if out else None)[1]
+
+
+def _csv(path: Path):
+    import pandas as pd
+
+    if not path.exists():
+        return pd.DataFrame()
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def open_run(path: str | Path) -> Run:
+    return Run(path)
+
+
+def default_directory(name: str, kind: str = "") -> Path:
+    """runs/NAME-TIMESTAMP (runs/NAME-sweep-TIMESTAMP for a sweep), under the working directory."""
+    return Path("runs") / f"{name}{'-' + kind if kind else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None, *, backend: str = "processes",
+        resume: bool = False, keep_work: bool = False, progress=None, external_sites: bool = False,
+        on_listening=None) -> Run:
+    """Run a scenario (a Scenario, a mapping or a YAML path) into `out` (default
+    runs/NAME-TIMESTAMP) and return the Run. backend: "processes" (sites in their own
+    processes over ZeroMQ, faults applied) or "inprocess" (no sockets). resume: continue the
+    run in `out` after its coordinator was killed. progress(trial, label, row): called as each
+    session's row is written. external_sites / on_listening: as `run.py coordinator`, for sites
+    started by hand; on_listening(endpoint) gets the address actually bound."""
+    from runner.study import run_study
+
+    scenario = as_scenario(scenario)
+    out = Path(out) if out is not None else default_directory(scenario.name)
+    if resume and not (out / "scenario.yaml").exists():
+        raise RunDirectoryError(f"{out} holds no run to resume (no scenario.yaml)")
+    if (out / "results.csv").exists() and not resume:
+        raise RunDirectoryError(f"{out} already holds results.csv; choose another directory (or resume=True)")
+    summary = run_study(scenario.to_dict(), out, backend=backend, progress=progress, keep_work=keep_work,
+                        resume=resume, external_sites=external_sites, on_listening=on_listening)
+    return Run(out, summary)
+
+
+def sweep(scenario: "Scenario | dict | str | Path", grid: dict | list, out: str | Path | None = None, *,
+          backend: str = "processes", progress=None):
+    """Run `scenario` over the product of `grid` ({dotted.key: [values]}, or `key=v1,v2`
+    strings as `--grid` takes them) into `out` (default runs/NAME-sweep-TIMESTAMP); returns
+    sweep.csv as a DataFrame (one row per combination and method; column `run` names each
+    combination's run directory under `out`)."""
+    from runner.sweep import parse_grid, run_sweep
+
+    scenario = as_scenario(scenario)
+    pairs = list(grid.items()) if isinstance(grid, dict) else parse_grid(list(grid))
+    pairs = [(key, list(values)) for key, values in pairs]
+    out = Path(out) if out is not None else default_directory(scenario.name, "sweep")
+    if (out / "sweep.csv").exists():
+        raise RunDirectoryError(f"{out} already holds sweep.csv; choose another directory")
+    run_sweep(scenario.written(), pairs, out, backend=backend, progress=progress)
+    return _csv(out / "sweep.csv")
