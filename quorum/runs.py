@@ -128,7 +128,7 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
     if resume and not (out / "scenario.yaml").exists():
         raise RunDirectoryError(f"{out} holds no run to resume (no scenario.yaml)")
     if (out / "results.csv").exists() and not resume:
-        raise RunDirectoryError(f"{out} already holds results.csv; choose another directory (or resume=True)")
+        raise RunDirectoryError(f"{out} already holds results.csv; choose another directory, or resume it (--resume; resume=True in Python)")
     summary = run_study(scenario.to_dict(), out, backend=backend, progress=progress, keep_work=keep_work,
                         resume=resume, external_sites=external_sites, on_listening=on_listening)
     return Run(out, summary)

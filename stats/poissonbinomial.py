@@ -111,7 +111,7 @@ def certified_tails(p: np.ndarray, k_low: int, k_high: int) -> tuple[np.ndarray,
     variance = (p * (1.0 - p)).sum(axis=1)
 
     def exponent(count, mu, s):  # a lower bound on -log P(tail), valid where s = count - mu > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # mu subnormal: count / mu = inf
             bernstein = s * s / (2.0 * (variance + s / 3.0))
             chernoff = count * np.log(count / mu) - count + mu
         return np.where(s > 0, np.fmax(bernstein, np.nan_to_num(chernoff, nan=0.0, posinf=np.inf)), 0.0)
