@@ -91,3 +91,28 @@ def test_communication_report_arithmetic():
     assert cost["bytes_per_trial"] == 290 and cost["messages_per_trial"] == 4 and cost["rounds_per_trial"] == 1
     assert cost["info_bits_per_trial"] == 128
     assert cost["overhead_up"] == pytest.approx(8 * 260 / 256)
+
+
+def test_a_ledger_written_before_ts_existed_keeps_its_columns_when_resumed(tmp_path):
+    """A run started by an older Quorum and resumed by this one: rows append under the old
+    header (no `ts`), so ledger.csv stays one readable table."""
+    import csv as csvmodule
+
+    from transport.ledger import LEDGER_COLUMNS, Ledger, read_ledger
+
+    old = [c for c in LEDGER_COLUMNS if c != "ts"]
+    path = tmp_path / "ledger.csv"
+    path.write_text(",".join(old) + "\n" + ",".join(["0", "1", "m", "c", "respond", "site-000", "up", "response",
+                                                     "20", "64", "1"]) + "\n")
+    ledger = Ledger(path)
+    ledger.record(site="site-001", direction="down", mtype="request", nbytes=30)
+    ledger.flush()
+    ledger.record(site="site-002", direction="down", mtype="request", nbytes=31)
+    ledger.flush()
+    rows = read_ledger(path)
+    assert [r["site"] for r in rows] == ["site-000", "site-001", "site-002"]
+    assert list(csvmodule.reader(open(path)))[0] == old and all(None not in r for r in rows)
+    fresh = Ledger(tmp_path / "new.csv")
+    fresh.record(site="site-000", direction="up", mtype="join", nbytes=9)
+    fresh.flush()
+    assert float(read_ledger(tmp_path / "new.csv")[0]["ts"]) > 1.7e9

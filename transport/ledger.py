@@ -85,12 +85,13 @@ class Ledger:
             self._pending.clear()
             return
         new = not self.path.exists()
-        columns = LEDGER_COLUMNS
-        if not new:  # a run resumed from an older ledger keeps that ledger's columns
-            with open(self.path, newline="") as handle:
-                columns = next(csv.reader(handle), None) or LEDGER_COLUMNS
+        if self._columns is None:  # a run resumed from an older ledger keeps that ledger's columns
+            self._columns = LEDGER_COLUMNS
+            if not new:
+                with open(self.path, newline="") as handle:
+                    self._columns = next(csv.reader(handle), None) or LEDGER_COLUMNS
         with open(self.path, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+            writer = csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerows(self._pending)
@@ -100,6 +101,7 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self._pending: list[dict] = []
+        self._columns: list[str] | None = None  # ledger.csv's header, read once
 
 
 def read_ledger(path: Path) -> list[dict]:
