@@ -61,6 +61,9 @@ class TrainingConfig:
     k_reg: int = 5
     theta: float = 0.1
     backward_loss: str = "eq3"  # learning.uarl.BACKWARD_LOSSES
+    #: beyond the paper (protocol.methods.fedtype_personal): the weight of a cross-entropy term for
+    #: the proxy in eq. (2); 0 is the paper's objective, where the proxy learns only by eq. (1)
+    proxy_ce: float = 0.0
 
 
 def batches(indices: np.ndarray, batch_size: int):
@@ -129,6 +132,8 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                 zw, zp = private(x), proxy(x)
                 loss = (F.cross_entropy(zw, y) + forward_kd_loss(zw, zp)
                         + backward_kd_loss(zw, S[batch], eta[batch], config.backward_loss))
+                if config.proxy_ce:
+                    loss = loss + config.proxy_ce * F.cross_entropy(zp, y)
                 for optimizer in optimizers:
                     optimizer.zero_grad()
                 loss.backward()

@@ -15,17 +15,14 @@ from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weig
                            fit_temperature, forward_kd_loss, raps_scores, softmax)
 from protocol.codecs import CODECS, PayloadError
 from protocol.codecs.tensors import Tensors, pack_tensors
-from protocol.inprocess import drive
-from protocol.methods import METHODS
 from protocol.methods.learning_rounds import sample_sites, weighted_average
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import load_scenario
 from specs.schema import ScenarioError
 from transport.ledger import read_ledger
+from tests.learning_sessions import SCENARIO, SMALL, blob_sites, learning_method, run_learning
 
-SMALL = ["trials=1", "sites.count=4", "data.n=1200", "methods.*.rounds=3", "methods.*.fraction=1.0"]
-SCENARIO = "scenarios/fedtype-blobs.yaml"
 
 
 # -- the tensor codec ----------------------------------------------------------------------------
@@ -159,42 +156,6 @@ def test_weighted_average_is_fedavg_and_sampling_takes_the_fraction():
 # -- sessions in-process --------------------------------------------------------------------------
 
 
-def blob_sites(count=3, n=240, seed=5):
-    from data.synthetic import classification_blobs
-
-    rng = np.random.default_rng(seed)
-    X, y = classification_blobs(count * n, rng, classes=4, features=6, clusters=1, separation=1.5)
-    return {f"site-{j}": np.column_stack([X[j * n:(j + 1) * n], y[j * n:(j + 1) * n]]) for j in range(count)}
-
-
-def learning_method(name, **params):
-    base = {"classes": 4, "rounds": 4, "fraction": 1.0, "lr": 3e-3, "batch_size": 16, "local_epochs": 2, "passes": 1,
-            "precision": "float16", "device": "cpu"}
-    arch = {"private_models": [{"kind": "mlp", "hidden": [64, 64], "channels": [], "image": []},
-                               {"kind": "mlp", "hidden": [96], "channels": [], "image": []}],
-            "proxy": {"kind": "mlp", "hidden": [8], "channels": [], "image": []}}
-    spec = {**base, **{k: v for k, v in arch.items() if k in METHODS[name].PARAMS}, **params}
-    if name == "fedtype":
-        spec.update({"lam": 0.5, "k_reg": 5, "theta": 0.1, "backward_loss": "eq3", **params})
-    return METHODS[name](0.1, **spec)
-
-
-def run_learning(method, sites, capture=None, session=1):
-    halves = {s: type(method).site_for(rows, np.random.default_rng([session, j]), s, session)
-              for j, (s, rows) in enumerate(sites.items())}
-
-    def ask(site, phase, body):
-        encoder, request = CODECS[method.codec].for_site(body)
-        answer = encoder.encode(halves[site].answer(phase, request))
-        if capture is not None:
-            capture.append(("down", msgpack.packb(body, use_bin_type=True)))
-            capture.append(("up", msgpack.packb(answer, use_bin_type=True)))
-        return answer
-
-    outcome = drive(method, {s: len(r) for s, r in sites.items()}, ask, np.random.default_rng(9))
-    return outcome, halves
-
-
 @pytest.mark.parametrize("name", ["local_only", "fedavg", "fedtype"])
 def test_learning_sessions_learn_and_keep_one_record_per_round(name):
     outcome, _ = run_learning(learning_method(name), blob_sites())
@@ -295,6 +256,7 @@ def test_scenarios_refuse_learning_methods_on_scores_and_conformal_methods_on_ex
 def test_run_over_site_processes_meters_rounds_and_survives_a_crashed_site(tmp_path):
     spec = load_scenario(SCENARIO, SMALL + [
         "runtime.deadlines.respond=20", "faults=[{action: crash, sites: site-003, phase: round-1, method: fedtype}]"])
+    spec["methods"] = spec["methods"][:4]  # paper 002's own four (tests/test_fedtype_baselines.py runs the rest)
     summary = run_study(spec, tmp_path)
     run = RunDirectory(tmp_path)
     results = {r["method"]: r for r in run.read_results()}

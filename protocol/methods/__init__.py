@@ -49,6 +49,9 @@ METHODS = Registry("method", "quorum.methods", {
     "local_only": "protocol.methods.fedtype:LocalOnly",
     "fedavg": "protocol.methods.fedtype:FedAvg",
     "fedtype": "protocol.methods.fedtype:FedType",
+    "fedtype_personal": "protocol.methods.fedtype_personal:FedTypePersonal",
+    "fml": "protocol.methods.fml:FML",
+    "fedproto": "protocol.methods.fedproto:FedProto",
 }, key="name", check=check_method)
 
 __all__ = ["METHODS", "Method", "Outcome", "RequestError", "Send", "check_method"]

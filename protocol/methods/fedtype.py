@@ -38,7 +38,7 @@ def architecture_from(body: dict, key: str) -> dict:
         raise RequestError(str(exc)) from None
 
 
-class _PrivateModels:
+class PrivateModels:
     """Mixin: a method whose sites get a private architecture from the `private_models` list."""
 
     def private_request(self, request: dict, index: int) -> dict:
@@ -47,7 +47,7 @@ class _PrivateModels:
         return request
 
 
-class LocalOnly(_PrivateModels, LearningMethod):
+class LocalOnly(PrivateModels, LearningMethod):
     name = "local_only"
     PARAMS = {**LEARNING_PARAMS, "private_models": PRIVATE_MODELS}
     uses_weights = False
@@ -123,7 +123,7 @@ class FedAvgSite(LearningSite):
         return {"global_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
 
 
-class FedType(_PrivateModels, LearningMethod):
+class FedType(PrivateModels, LearningMethod):
     name = "fedtype"
     PARAMS = {**LEARNING_PARAMS, "private_models": PRIVATE_MODELS, "proxy": PROXY_MODEL, **UARL_PARAMS}
 

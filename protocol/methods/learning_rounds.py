@@ -91,8 +91,22 @@ class LearningMethod(Method):
         return request
 
     def global_architecture(self) -> dict | None:
-        """The architecture whose weights the coordinator averages (None: nothing is shared)."""
+        """The architecture whose weights the coordinator averages (None: no model is shared)."""
         return None
+
+    def initial_global(self, features: int, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+        """What round 0 sends every sampled site (None: nothing): by default a freshly initialized
+        network of the global architecture, seeded from the coordinator's Generator."""
+        architecture = self.global_architecture()
+        if architecture is None:
+            return None
+        from learning.nets import build_net, get_weights
+
+        return get_weights(build_net(architecture, features, self.params["classes"], seed=int(rng.integers(2**31 - 1))))
+
+    def aggregate(self, tensors: list[dict[str, np.ndarray]], sizes: list[int]) -> dict[str, np.ndarray]:
+        """The server step over the answers of a round: FedAvg by default (`weighted_average`)."""
+        return weighted_average(tensors, sizes)
 
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
         return RoundsCoordinator(self, dict(sizes), rng)
@@ -131,13 +145,7 @@ class RoundsCoordinator(CoordinatorHalf):
         if len(set(features.values())) > 1:
             return Outcome.aborted(f"sites disagree on the feature count: {features}")
         self.members = {site: value["metrics"] for site, value in answers.items()}
-        architecture = self.method.global_architecture()
-        if architecture is not None:
-            from learning.nets import build_net, get_weights
-
-            net = build_net(architecture, next(iter(features.values())), self.method.params["classes"],
-                            seed=int(self.rng.integers(2**31 - 1)))
-            self.weights = get_weights(net)
+        self.weights = self.method.initial_global(next(iter(features.values())), self.rng)
         return self._round(0)
 
     def _round(self, t: int):
@@ -181,7 +189,7 @@ class RoundsCoordinator(CoordinatorHalf):
         if len(self.records) > 1:  # the global model these sites received: the aggregate after round t
             self.records[-2]["global"] = {s: m.get("global_accuracy") for s, m in record["sites"].items()}
         if kept and self.weights is not None and sum(sizes) > 0:
-            self.weights = weighted_average(kept, sizes)
+            self.weights = self.method.aggregate(kept, sizes)
         if t + 1 < self.method.rounds:
             return self._round(t + 1)
         return Send("evaluate", {site: self._weights_body() for site in sorted(self.members)})
@@ -275,7 +283,7 @@ class LearningSite(SiteHalf):
         try:
             self.config = TrainingConfig(float(body["lr"]), int(body["batch_size"]), int(body["local_epochs"]),
                                          int(body["passes"]), **{k: body[k] for k in self.extra_keys
-                                                                 if k in ("lam", "k_reg", "theta", "backward_loss")})
+                                                                 if k in ("lam", "k_reg", "theta", "backward_loss", "proxy_ce")})
         except (TypeError, ValueError) as exc:
             raise RequestError(f"setup: {exc}") from None
         self.data = SiteData.split(self.rows, self.rng, device)
