@@ -38,7 +38,7 @@ paper001-fig2: $(VENV)/.installed
 # paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
 # (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
 paper002: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5
+	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5 --jobs 2
 
 # paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
 paper004: $(VENV)/.installed
