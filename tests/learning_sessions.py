@@ -48,3 +48,16 @@ def run_learning(method, sites, capture=None, session=1):
 
     outcome = drive(method, {s: len(r) for s, r in sites.items()}, ask, np.random.default_rng(9))
     return outcome, halves
+
+
+def assert_no_private_weight_on_the_wire(halves, wire: bytes) -> None:
+    """No 8-byte run of any site's private tensor, in float16 or float32 as it stands after
+    training, occurs in `wire` (the sampled runs cover every tensor)."""
+    from learning.nets import get_weights
+
+    for half in halves.values():
+        for precision in ("float16", "float32"):
+            for tensor, array in get_weights(half.private, precision).items():
+                raw = array.tobytes()
+                for start in range(0, len(raw) - 8, max(8, len(raw) // 64)):
+                    assert raw[start:start + 8] not in wire, f"private {tensor} ({precision}) found on the wire"

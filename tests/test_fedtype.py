@@ -21,7 +21,8 @@ from runner.study import run_study
 from scenarios.scenario import load_scenario
 from specs.schema import ScenarioError
 from transport.ledger import read_ledger
-from tests.learning_sessions import SCENARIO, SMALL, blob_sites, learning_method, run_learning
+from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
+                                     learning_method, run_learning)
 
 
 
@@ -188,12 +189,7 @@ def test_no_private_weight_ever_appears_on_the_wire_while_the_proxy_does():
     method = learning_method("fedtype", precision="float32", rounds=2)
     _, halves = run_learning(method, blob_sites(), capture=messages)
     wire = b"".join(data for _, data in messages)
-    for half in halves.values():
-        for precision in ("float16", "float32"):
-            for name, array in get_weights(half.private, precision).items():
-                raw = array.tobytes()
-                for start in range(0, len(raw) - 8, max(8, len(raw) // 64)):
-                    assert raw[start:start + 8] not in wire, f"private {name} ({precision}) found on the wire"
+    assert_no_private_weight_on_the_wire(halves, wire)
     proxy = get_weights(halves["site-0"].proxy, "float32")["0.weight"].tobytes()  # the final global proxy
     assert proxy[:64] in b"".join(data for direction, data in messages if direction == "down")
 

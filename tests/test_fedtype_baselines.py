@@ -16,7 +16,8 @@ from learning.prototypes import (global_prototypes, local_prototypes, nearest_pr
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import load_scenario
-from tests.learning_sessions import SCENARIO, SMALL, blob_sites, learning_method, run_learning
+from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
+                                     learning_method, run_learning)
 from transport.ledger import read_ledger
 
 BASELINES = ("fml", "fedproto", "fedtype_personal")
@@ -165,12 +166,7 @@ def test_no_private_weight_of_fml_fedproto_or_fedtype_p_ever_appears_on_the_wire
     messages = []
     _, halves = run_learning(learning_method(name, precision="float32", rounds=2), blob_sites(), capture=messages)
     wire = b"".join(data for _, data in messages)
-    for half in halves.values():
-        for precision in ("float16", "float32"):
-            for tensor, array in get_weights(half.private, precision).items():
-                raw = array.tobytes()
-                for start in range(0, len(raw) - 8, max(8, len(raw) // 64)):
-                    assert raw[start:start + 8] not in wire, f"private {tensor} ({precision}) found on the wire"
+    assert_no_private_weight_on_the_wire(halves, wire)
     site = halves["site-0"]
     shared = site.meme if name == "fml" else site.proxy if name == "fedtype_personal" else None
     if shared is not None:  # the final global model went down in the evaluation request
