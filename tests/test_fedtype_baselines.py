@@ -86,7 +86,7 @@ def test_prototype_loss_is_the_mean_squared_distance_to_known_class_prototypes()
     assert float(loss.detach()) == pytest.approx(expected)
     loss.backward()
     assert torch.all(h.grad[3] == 0)
-    assert float(prototype_loss(h, y, prototypes, torch.zeros(3, dtype=torch.bool))) == 0.0
+    assert float(prototype_loss(h, y, prototypes, torch.zeros(3, dtype=torch.bool)).detach()) == 0.0
 
 
 def test_nearest_prototype_rule_of_eq4_against_brute_force():
