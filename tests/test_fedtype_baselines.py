@@ -130,19 +130,7 @@ def test_a_useless_proxy_leaves_the_private_model_alone_and_a_better_one_takes_w
     assert mixture_weight(right, uniform, np.array([], dtype=int)) == 1.0
 
 
-# -- sessions and the wire -----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", BASELINES)
-def test_baseline_sessions_learn_and_keep_one_record_per_round(name):
-    outcome, halves = run_learning(learning_method(name), blob_sites())
-    assert outcome.status == "ok", outcome.reason
-    rounds = outcome.details["round_records"]
-    assert [r["round"] for r in rounds] == [1, 2, 3, 4] and all(r["answered"] == 3 for r in rounds)
-    assert outcome.details["accuracy"] > 0.6  # 4 separated classes; chance is 0.25
-    assert outcome.details["global_accuracy"] > 0.5
-    if name == "fedtype_personal":
-        assert all(0 <= h.personalised_accuracy()[1] <= 1 for h in halves.values())
+# -- the wire (that each session learns: tests/test_fedtype.py) -------------------------------
 
 
 def test_fedproto_sends_prototypes_and_counts_and_the_server_averages_them_per_class():
