@@ -17,6 +17,28 @@ import numpy as np
 MIXTURE_GRID = tuple(np.round(np.linspace(0.0, 1.0, 11), 2))
 
 
+def label_prior(labels: np.ndarray, classes: int) -> np.ndarray:
+    """The site's label distribution by Laplace's rule of succession, (n_k + 1) / (n + K): every
+    class keeps some mass, so a class the site never saw is unlikely but not impossible."""
+    counts = np.bincount(np.asarray(labels, dtype=int), minlength=classes).astype(float)
+    return (counts + 1.0) / (counts.sum() + classes)
+
+
+def shift_by_prior(net, prior: np.ndarray):
+    """Make `net` output z(x) + log prior at this site (a forward hook: nothing in its weights).
+
+    Label skew across sites is label shift, p_i(x | y) = p(x | y) with p_i(y) the site's own: a
+    softmax over z(x) + log p_i(y) trained by cross-entropy on the site's labels is the
+    logit-adjusted loss of Menon et al. 2021 (Long-tail learning via logit adjustment, ICLR,
+    section 4, tau = 1) with the site's prior. Its minimiser has z(x) = log p(x | y) + c(x), the same
+    at every site, so averaging the z-networks across sites is consistent, and adding the site's
+    own log prior back gives its Bayes posterior p_i(y | x). Returns the hook's handle."""
+    import torch
+
+    shift = torch.as_tensor(np.log(prior), dtype=torch.float32, device=next(net.parameters()).device)
+    return net.register_forward_hook(lambda module, inputs, output: output + shift)
+
+
 def mixture(private_probabilities: np.ndarray, proxy_probabilities: np.ndarray, weight: float) -> np.ndarray:
     """q = w * private + (1 - w) * proxy, row by row."""
     return weight * np.asarray(private_probabilities) + (1.0 - weight) * np.asarray(proxy_probabilities)

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from learning.mutual import mutual_losses
 from learning.nets import get_weights
-from learning.personal import MIXTURE_GRID, mixture_accuracy, mixture_weight
+from learning.personal import MIXTURE_GRID, label_prior, mixture_accuracy, mixture_weight, shift_by_prior
 from learning.prototypes import (global_prototypes, local_prototypes, nearest_prototype_accuracy, prototype_loss,
                                  with_embedding)
 from runner.outputs import RunDirectory
@@ -130,6 +130,61 @@ def test_a_useless_proxy_leaves_the_private_model_alone_and_a_better_one_takes_w
     assert mixture_weight(right, uniform, np.array([], dtype=int)) == 1.0
 
 
+def test_label_prior_is_laplaces_rule_of_succession():
+    assert label_prior(np.array([0, 0, 0, 2]), 4) == pytest.approx([4 / 8, 1 / 8, 2 / 8, 1 / 8])
+    assert label_prior(np.array([], dtype=int), 2) == pytest.approx([0.5, 0.5])
+
+
+def test_the_prior_shift_changes_the_output_and_nothing_that_travels():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4))
+    X = torch.randn(6, 3)
+    before, weights = net(X).detach(), get_weights(net)
+    prior = label_prior(np.array([0, 0, 1, 3, 3, 3]), 4)
+    handle = shift_by_prior(net, prior)
+    assert torch.allclose(net(X).detach(), before + torch.log(torch.as_tensor(prior, dtype=torch.float32)))
+    shifted = get_weights(net)
+    assert shifted.keys() == weights.keys() and all(np.array_equal(shifted[k], weights[k]) for k in weights)
+    handle.remove()
+    assert torch.allclose(net(X).detach(), before)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_logit_adjusted_cross_entropy_learns_the_same_scores_at_sites_with_different_label_priors(seed):
+    """The claim behind `label_shift` (learning.personal.shift_by_prior): two sites that share
+    p(x | y) but not p(y), each minimising the expected cross-entropy of softmax(z(x) + log p_i(y)),
+    end with z_1(x) - z_2(x) constant over the classes (so averaging z is consistent), and
+    z_i(x) + log p_i(y) is site i's Bayes posterior."""
+    rng = np.random.default_rng(seed)
+    classes, points = 3, 4
+    likelihood = rng.dirichlet(np.ones(points), size=classes).T  # p(x | y), x in 0..3: (points, classes)
+    priors = rng.dirichlet(np.ones(classes), size=2)
+    posteriors = [likelihood * prior / (likelihood * prior).sum(1, keepdims=True) for prior in priors]  # p_i(y | x)
+    scores = []
+    for prior, posterior in zip(priors, posteriors):
+        marginal = (likelihood * prior).sum(1)  # p_i(x)
+        z = torch.zeros(points, classes, dtype=torch.float64, requires_grad=True)
+        log_prior = torch.as_tensor(np.log(prior))
+        optimizer = torch.optim.LBFGS([z], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14)
+
+        def expected_loss():
+            optimizer.zero_grad()
+            loss = -(torch.as_tensor(marginal[:, None] * posterior)
+                     * torch.log_softmax(z + log_prior, dim=1)).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(expected_loss)
+        assert torch.softmax(z + log_prior, dim=1).detach().numpy() == pytest.approx(posterior, abs=1e-5)
+        scores.append(z.detach())
+    # either site's scores serve the other: shifted by site 2's prior, site 1's scores give site 2's
+    # posterior, and so does their average (what the server's FedAvg of the z-networks aims at)
+    log_prior = torch.as_tensor(np.log(priors[1]))
+    for z in (scores[0], (scores[0] + scores[1]) / 2):
+        assert torch.softmax(z + log_prior, dim=1).numpy() == pytest.approx(posteriors[1], abs=1e-4)
+
+
 # -- the wire (that each session learns: tests/test_fedtype.py) -------------------------------
 
 
@@ -163,6 +218,31 @@ def test_no_private_weight_of_fml_fedproto_or_fedtype_p_ever_appears_on_the_wire
         prototypes, _ = local_prototypes(site.private[:-1](site.data.X_train).detach().numpy(),
                                          site.data.y_train.numpy(), 4)
         assert prototypes.astype(np.float32)[site.data.y_train[0]].tobytes()[:16] in wire
+
+
+def test_fedtype_p_with_label_shift_sends_the_unshifted_proxy_and_heads_with_the_final_global_one():
+    """`label_shift` + `head_proxy: global`: the hook shifts the proxy's output at the site only (the
+    weights on the wire are the network's own), no private weight travels, and each site's reported
+    accuracy is the equal mixture of its private model and the final global proxy plus its log prior."""
+    messages = []
+    method = learning_method("fedtype_personal", precision="float32", rounds=2, label_shift=True, head_proxy="global")
+    outcome, halves = run_learning(method, blob_sites(), capture=messages)
+    assert outcome.status == "ok", outcome.reason
+    wire = b"".join(data for _, data in messages)
+    assert_no_private_weight_on_the_wire(halves, wire)
+    accuracies = []
+    for site in halves.values():
+        assert get_weights(site.proxy, "float32")["0.weight"].tobytes()[:64] in wire  # the final global proxy
+        X, y = site.data.X_test, site.data.y_test.numpy()
+        raw = X
+        for layer in site.proxy:  # the layers one by one: the network without the site's hook
+            raw = layer(raw)
+        log_prior = torch.log(torch.as_tensor(label_prior(site.data.y_train.numpy(), 4), dtype=torch.float32))
+        assert torch.allclose(site.proxy(X), raw + log_prior, atol=1e-6)
+        private, proxy = torch.softmax(site.private(X), 1).detach().numpy(), torch.softmax(raw + log_prior, 1).detach().numpy()
+        accuracies.append(mixture_accuracy(private, proxy, y, 0.5))
+        assert site.personalised_accuracy()[0] == pytest.approx(accuracies[-1])
+    assert outcome.details["accuracy"] == pytest.approx(np.mean(accuracies), abs=1e-9)
 
 
 def test_baselines_over_site_processes_survive_a_crashed_site_and_send_no_private_model(tmp_path):
