@@ -26,3 +26,11 @@ def trial_rng(seed: int, trial: int, purpose: str) -> np.random.Generator:
 def site_rng(seed: int, trial: int, session: int, site_id: str) -> np.random.Generator:
     """The Generator of one site in one session (the same in-process and in the site's process)."""
     return np.random.default_rng([seed, trial, session, stable_key(site_id)])
+
+
+def data_rng(values: np.ndarray, purpose: str) -> np.random.Generator:
+    """A Generator that is a function of the data alone (its float64 bytes) and the purpose: a
+    site's split of its own rows comes out the same in every session, so every method of a trial
+    trains and tests on the same points (a paired comparison pairs them)."""
+    data = np.ascontiguousarray(np.asarray(values, dtype=np.float64))
+    return np.random.default_rng([zlib.crc32(data.tobytes()), stable_key(purpose)])

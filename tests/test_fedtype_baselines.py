@@ -220,6 +220,21 @@ def test_no_private_weight_of_fml_fedproto_or_fedtype_p_ever_appears_on_the_wire
         assert prototypes.astype(np.float32)[site.data.y_train[0]].tobytes()[:16] in wire
 
 
+def test_every_method_of_a_trial_splits_a_site_into_the_same_points_whatever_its_session():
+    """The paired comparison (bench/fedtype_baselines.py) pairs test points: a site's 7:2:1 split
+    depends on its rows only, not on the session's Generator (which the method's place in the
+    scenario sets); different rows split differently."""
+    sites = blob_sites()
+    splits = []
+    for session, name in enumerate(("local_only", "fedtype_personal", "fml"), start=1):
+        _, halves = run_learning(learning_method(name, rounds=1), sites, session=session)
+        splits.append({s: [t.numpy() for t in (h.data.X_train, h.data.X_test, h.data.X_val)] for s, h in halves.items()})
+    for split in splits[1:]:
+        assert all(np.array_equal(a, b) for s in sites for a, b in zip(splits[0][s], split[s]))
+    _, halves = run_learning(learning_method("local_only", rounds=1), {s: r[::-1] for s, r in sites.items()})
+    assert not np.array_equal(np.sort(halves["site-0"].data.X_test.numpy(), 0), np.sort(splits[0]["site-0"][1], 0))
+
+
 def test_fedtype_p_with_label_shift_sends_the_unshifted_proxy_and_heads_with_the_final_global_one():
     """`label_shift` + `head_proxy: global`: the hook shifts the proxy's output at the site only (the
     weights on the wire are the network's own), no private weight travels, and each site's reported

@@ -26,6 +26,7 @@ from learning.nets import ARCHITECTURE_FIELDS
 from protocol.codecs.tensors import PRECISIONS, pack_tensors, unpack_tensors
 from protocol.codecs.base import PayloadError
 from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from stats.randomness import data_rng
 
 MAX_ROUNDS = 1000
 PHASES = ("setup", *(f"round-{t}" for t in range(MAX_ROUNDS)), "evaluate")
@@ -286,7 +287,8 @@ class LearningSite(SiteHalf):
                                                                  if k in ("lam", "k_reg", "theta", "backward_loss", "proxy_ce")})
         except (TypeError, ValueError) as exc:
             raise RequestError(f"setup: {exc}") from None
-        self.data = SiteData.split(self.rows, self.rng, device)
+        # the split is a function of the rows, not of the session: every method sees the same points
+        self.data = SiteData.split(self.rows, data_rng(self.rows, "learning split"), device)
         features = self.rows.shape[1] - 1
         try:
             metrics = self.build(body, features)
