@@ -121,7 +121,8 @@ def run_regime(name: str, trials: int, seed: int | None, extra: list[str], metho
 COLUMNS = (("local_only", "local-only"), ("fedavg", "FedAvg"), ("fml", "FML"), ("fedproto", "FedProto"),
            ("fedtype", "FedType eq3"), ("fedtype_set_mass", "FedType set_mass"), ("fedtype_personal", "FedType-P"))
 ABLATIONS = (("fedtype_personal", "FedType-P (equal head)"), ("fedtype_personal_fitted", "fitted head"),
-             ("fedtype_personal_nohead", "no head"), ("fedtype_personal_unshared", "control: proxy not shared"))
+             ("fedtype_personal_nohead", "no head"), ("fedtype_personal_unshared", "control: proxy not shared"),
+             ("fedtype_personal_shift", "label shift + global head"))
 
 
 def interval(entry: dict | None) -> str:
