@@ -174,6 +174,11 @@ def markdown_tables(report: dict) -> str:
 
 
 def run_named(job: tuple) -> tuple[str, dict]:
+    """One regime in a pool worker, on one torch thread (two workers with a thread per core each
+    oversubscribe a 2-core machine: measured 7x slower)."""
+    import torch
+
+    torch.set_num_threads(1)
     return job[0], run_regime(*job)
 
 
@@ -199,7 +204,7 @@ def main() -> None:
     methods = args.methods.split(",") if args.methods else None
     jobs = [(name, args.trials, args.seed, args.overrides, methods) for name in names]
     with multiprocessing.get_context("spawn").Pool(max(1, min(args.jobs, len(jobs)))) as pool:
-        finished = pool.imap_unordered(run_named, jobs) if args.jobs > 1 else map(run_named, jobs)
+        finished = pool.imap_unordered(run_named, jobs) if args.jobs > 1 else ((job[0], run_regime(*job)) for job in jobs)
         for name, result in finished:
             report[name] = result
             line = {m: round(v["accuracy"], 4) for m, v in result["methods"].items()}
