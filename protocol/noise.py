@@ -8,9 +8,47 @@ the seed must learn nothing from it. Its distribution and privacy are in stats.d
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 
 import numpy as np
+
+#: what a site's `noise` policy may be: the OS CSPRNG (private), or the scenario's seed
+#: (reproducible experiments only: every output of such a run says its releases are not private)
+NOISE_SOURCES = ("os", "seeded")
+NOT_PRIVATE = "seeded noise: releases are NOT private (replayable from the scenario seed)"
+
+
+class PrivacyNoise:
+    """The randomness a site half draws to protect a release, from the operating system's CSPRNG
+    (os.urandom): uniform floats on [0, 1) with 53 random bits each. It has the two calls the
+    mechanisms use of a numpy Generator (`random`, `uniform`) and nothing that could be seeded,
+    so no one who knows the scenario (its seed, the site id, the session) can replay a draw.
+    Issue 35: the exponential mechanism's bin and the K-anonymous limits and buffers were drawn
+    from a Generator seeded by the scenario, which made every "private" release replayable."""
+
+    def random(self, size=None):
+        count = 1 if size is None else int(np.prod(size))
+        words = np.frombuffer(os.urandom(8 * count), dtype=np.uint64) >> np.uint64(11)
+        values = words.astype(np.float64) * 2.0 ** -53
+        return float(values[0]) if size is None else values.reshape(size)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return low + (high - low) * self.random(size)
+
+
+#: the largest |draw| the sampler's 64-bit integers leave room for (2^62: a draw plus c times a
+#: count still fits in an int64 before the reduction mod M)
+DRAW_LIMIT = 2 ** 62
+#: how unlikely a draw beyond DRAW_LIMIT may be: 2^-128 per draw
+TAIL_BITS = 128
+
+
+def max_sigma2() -> float:
+    """The largest sigma^2 whose draws stay within DRAW_LIMIT except with probability 2^-TAIL_BITS:
+    the discrete Gaussian's tail obeys P(|X| >= t) <= 2 exp(-t^2 / (2 sigma^2)) (Canonne, Kamath
+    and Steinke 2020, proposition 25 with the sub-Gaussian bound), so sigma^2 <= t^2 / (2 ln(2^129))."""
+    return float(DRAW_LIMIT) ** 2 / (2.0 * (TAIL_BITS + 1) * math.log(2.0))
 
 
 @lru_cache(maxsize=32)
@@ -18,14 +56,16 @@ def _opendp_sampler(sigma: float):
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    return dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=int)), dp.l2_distance(T=int), scale=sigma)
+    return dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")), dp.l2_distance(T="i64"), scale=sigma)
 
 
 def discrete_gaussian(sigma2: float, size: int) -> np.ndarray:
     """`size` i.i.d. draws of N_Z(0, sigma2): P(x) proportional to exp(-x^2 / (2 sigma2)) on the
-    integers (paper 001, algorithm 1, line 3), sampled exactly (OpenDP's make_gaussian on an
-    integer domain, which implements the Canonne-Kamath-Steinke 2020 sampler with no
-    floating-point rounding of the distribution)."""
-    if sigma2 <= 0:
-        raise ValueError("sigma^2 must be positive")
+    integers (paper 001, algorithm 1, line 3), sampled exactly (OpenDP's make_gaussian on 64-bit
+    integers, which implements the Canonne-Kamath-Steinke 2020 sampler with no floating-point
+    rounding of the distribution, from OpenDP's own CSPRNG). A sigma^2 above max_sigma2() is
+    refused: its draws could be pinned at the integer type's limit (issue 35: on 32-bit integers a
+    sigma^2 of 1e19 put half the draws at +-2^31)."""
+    if not 0 < sigma2 <= max_sigma2():
+        raise ValueError(f"sigma^2 must be in (0, {max_sigma2():.4g}] (draws must fit 64-bit integers), got {sigma2!r}")
     return np.asarray(_opendp_sampler(math.sqrt(sigma2))([0] * int(size)), dtype=np.int64)

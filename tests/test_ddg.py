@@ -12,8 +12,9 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from protocol.inprocess import run_session
-from protocol.methods import METHODS
-from protocol.noise import discrete_gaussian
+from protocol.methods import METHODS, RequestError
+from protocol.methods.ddg_quantile import check_public
+from protocol.noise import discrete_gaussian, max_sigma2
 from stats.ddg import (bin_edges, ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
                        hierarchical_cumulative, hierarchical_from_flat, histogram_concentrated_epsilon,
                        histogram_epsilon, histogram_sensitivities, psi, quantile_error, quantile_index,
@@ -100,6 +101,32 @@ def test_discrete_gaussian_sampler_matches_the_pmf():
     chi2 = (((observed - expected) ** 2) / expected)[keep].sum()
     assert stats.chi2.sf(chi2, keep.sum() - 1) > 1e-6
     assert draws.dtype == np.int64
+
+
+def test_discrete_gaussian_is_not_pinned_at_32_bits():
+    """Issue 35: on 32-bit integers a sigma^2 of 1e19 put about half the draws at +-2^31. On 64
+    bits nothing sits at a 32-bit limit, and the spread matches sigma: the sample variance of 4,000
+    draws is within 5 standard errors (sd of s^2 / sigma^2 is sqrt(2 / n) = 0.022)."""
+    sigma2 = 1e19
+    draws = discrete_gaussian(sigma2, 4_000)
+    assert not np.any(np.abs(draws) == 2**31) and not np.any(np.abs(draws) == 2**31 - 1)
+    assert np.mean(np.abs(draws) > 2**31) > 0.4  # sigma = 3.2e9 > 2^31: most draws pass 32 bits
+    assert abs(np.var(draws.astype(float)) / sigma2 - 1) < 5 * math.sqrt(2 / draws.size)
+
+
+def test_a_sigma2_whose_draws_would_not_fit_is_refused():
+    """The sampler and the site refuse a sigma^2 above max_sigma2 (draws could reach 2^62), and the
+    bound is what the discrete Gaussian's tail gives: P(|X| >= 2^62) <= 2 exp(-2^124 / (2 sigma^2))
+    = 2^-128 at the limit."""
+    limit = max_sigma2()
+    assert 2 * math.exp(-float(2**62) ** 2 / (2 * limit)) == pytest.approx(2.0 ** -128, rel=1e-9)
+    with pytest.raises(ValueError, match="64-bit"):
+        discrete_gaussian(limit * 1.01, 1)
+    assert discrete_gaussian(limit, 3).dtype == np.int64
+    public = {"c": 1, "sigma2": limit * 4, "bins": {"lo": 0.0, "hi": 1.0, "count": 4}, "histogram": "flat",
+              "central": {"epsilon": 1.0, "delta": 1e-5, "inputs": 10, "accounting": "exact"}}
+    with pytest.raises(RequestError, match="64-bit"):
+        check_public(public)
 
 
 @pytest.mark.parametrize("hierarchical,accounting", [(False, "exact"), (True, "exact"), (True, "paper")])

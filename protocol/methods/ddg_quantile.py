@@ -29,7 +29,7 @@ from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outco
 from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
-from protocol.noise import discrete_gaussian
+from protocol.noise import discrete_gaussian, max_sigma2
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
@@ -258,8 +258,9 @@ def check_public(public) -> Spend:
     c, sigma2, bins = public["c"], public["sigma2"], public["bins"]
     if isinstance(c, bool) or not isinstance(c, int) or c < 1:
         raise RequestError(f"c must be a positive integer, got {c!r}")
-    if not isinstance(sigma2, (int, float)) or not 0.25 <= sigma2 < math.inf:
-        raise RequestError(f"sigma^2 must be at least 1/4 (lemma 9), got {sigma2!r}")
+    if isinstance(sigma2, bool) or not isinstance(sigma2, (int, float)) or not 0.25 <= sigma2 <= max_sigma2():
+        raise RequestError(f"sigma^2 must be in [1/4 (lemma 9), {max_sigma2():.4g} (draws that fit 64-bit "
+                           f"integers, protocol.noise.max_sigma2)], got {sigma2!r}")
     if public["histogram"] not in ("flat", "hierarchical"):
         raise RequestError(f"unknown histogram {public['histogram']!r}")
     count = bins_from_request(bins, min_count=2, max_count=MAX_BINS).count
