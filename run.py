@@ -86,6 +86,10 @@ def _run_with_progress(spec, out, start):
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
+    if spec["sites"]["policy"]["noise"] == "seeded":
+        from protocol.noise import NOT_PRIVATE
+
+        console.print(f"[bold red]WARNING: {NOT_PRIVATE}[/] (sites.policy.noise: seeded)")
     sessions = spec["trials"] * len(spec["methods"])
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:

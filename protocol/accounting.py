@@ -62,13 +62,18 @@ class Spend:
 
     kind "dp": an (epsilon, delta)-DP release (`model` says which guarantee: local, shuffled,
     securely summed); "kanon": a K-anonymous table, `key` the canonical request it answers;
-    "none": a release with no formal privacy."""
+    "none": a release with no formal privacy. `k`: a K-anonymous table's K; `contributors`: the
+    fewest inputs a claim whose privacy rests on other sites' inputs was planned for (a shuffle's
+    messages, a secure sum's noisy inputs; 0 when the release stands alone). The site's policy
+    (protocol.policy) checks both."""
 
     kind: str
     epsilon: float = 0.0
     delta: float = 0.0
     model: str = ""
     key: bytes = b""
+    k: int = 0
+    contributors: int = 0
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -190,12 +195,13 @@ class SiteAccount:
                     f"per {b.scope}, over its budget {b.epsilon:g} (spent so far: {spent:.4g})")
 
     def record(self, trial: int, session: int, method: str, data: str, spend: Spend, body=None,
-               reused: bool = False) -> None:
-        """A release made (`reused`: an earlier K-anonymous release sent again, nothing new)."""
+               reused: bool = False, noise: str = "os") -> None:
+        """A release made (`reused`: an earlier K-anonymous release sent again, nothing new;
+        `noise`: where its privacy noise came from, protocol.policy)."""
         self.records.append({"trial": trial, "session": session, "method": method, "kind": spend.kind,
                              "epsilon": spend.epsilon if not reused else 0.0,
                              "delta": spend.delta if not reused else 0.0, "model": spend.model,
-                             "data": data, "key": spend.key, "reused": reused, "reason": "",
+                             "data": data, "key": spend.key, "reused": reused, "reason": "", "noise": noise,
                              "body": body if spend.kind == "kanon" and not reused else None})
 
     def refusal(self, trial: int, session: int, method: str, reason: str) -> None:

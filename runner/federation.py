@@ -122,9 +122,10 @@ class ProcessFederation:
 class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
-    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None) -> None:
+    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None,
+                 policy: dict | None = None) -> None:
         trials = TrialCache(workdir, site_ids)  # the model loaded once per trial for all sites
-        self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials) for site in site_ids}
+        self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials, policy=policy) for site in site_ids}
         self.events = events
         self.ledger = Ledger()
         self.seed = 0

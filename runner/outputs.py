@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
-                  "ell", "k", "sites", "answered", "epsilon", "privacy", "epsilon_obtained", "epsilon_local", "quantile_error",
+                  "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",
                   "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
                   "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason"]
 ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_mean", "accuracy_sd", "accuracy_min",

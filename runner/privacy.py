@@ -8,7 +8,9 @@ privacy.csv, one row per site and method label, then one `total` row per site:
     site, method, releases (answers that released something), reused (K-anonymous tables sent
     again unchanged), refused (requests the budget refused), non_private (answers with no formal
     privacy), kanon_tables (distinct K-anonymous tables), epsilon_basic / delta_basic (sums,
-    basic composition), epsilon_composed (the budget's composition rule at its delta), scope.
+    basic composition), epsilon_composed (the budget's composition rule at its delta), scope,
+    noise ("os": privacy noise from the OS CSPRNG; otherwise the words saying that the releases
+    replay from the scenario seed and are not private, protocol.noise.NOT_PRIVATE).
 Under scope `trial` each trial's data are fresh, so every row gives the worst trial (its basic
 sums and its composition); under scope `dataset`, the whole run.
 """
@@ -21,11 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from protocol.accounting import Budget, SiteAccount, basic_composition
+from protocol.noise import NOT_PRIVATE
 from protocol.sessions import method_session
 from sites.storage import account_path, read_account
 
 COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",
-           "delta_basic", "epsilon_composed", "composition", "delta", "scope"]
+           "delta_basic", "epsilon_composed", "composition", "delta", "scope", "noise"]
 
 
 def session_labels(labels: list[str], trials: int) -> dict[int, str]:
@@ -60,7 +63,8 @@ def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
             "kanon_tables": len({(r["data"], r["key"]) for r in records if r["kind"] == "kanon"}),
             "epsilon_basic": eps, "delta_basic": delta, "epsilon_composed": composed,
             "composition": account.budget.composition, "delta": account.budget.delta,
-            "scope": account.budget.scope}
+            "scope": account.budget.scope,
+            "noise": NOT_PRIVATE if any(r.get("noise") == "seeded" for r in records) else "os"}
 
 
 def read_accounts(workdir: Path, site_ids: list[str], budget: Budget) -> dict[str, SiteAccount]:
@@ -77,9 +81,13 @@ def write_privacy(path: Path, rows: list[dict]) -> None:
             writer.writerow({k: _cell(row[k]) for k in COLUMNS})
 
 
-def privacy_summary(rows: list[dict], budget: Budget) -> dict:
-    """The summary's `privacy` section: the budget, and over sites the largest spend and counts."""
+def privacy_summary(rows: list[dict], budget: Budget, seeded: bool = False) -> dict:
+    """The summary's `privacy` section: the budget, and over sites the largest spend and counts;
+    `noise` says where the privacy noise came from, with a `warning` when it was seeded (the
+    scenario's policy said so, or a site's account did)."""
     totals = [r for r in rows if r["method"] == "total"]
+    seeded = seeded or any(r["noise"] != "os" for r in totals)
+    noise = {"noise": "seeded", "warning": NOT_PRIVATE} if seeded else {"noise": "os"}
     finite = [r["epsilon_composed"] for r in totals if math.isfinite(r["epsilon_composed"])]
     return {"budget": {"scope": budget.scope, "epsilon": budget.epsilon, "delta": budget.delta,
                        "composition": budget.composition, "kanon_releases": budget.kanon_releases},
@@ -88,7 +96,7 @@ def privacy_summary(rows: list[dict], budget: Budget) -> dict:
             "epsilon_basic_max": max((r["epsilon_basic"] for r in totals), default=None),
             "refused": sum(r["refused"] for r in totals), "reused": sum(r["reused"] for r in totals),
             "kanon_tables_max": max((r["kanon_tables"] for r in totals), default=0),
-            "non_private_max": max((r["non_private"] for r in totals), default=0)}
+            "non_private_max": max((r["non_private"] for r in totals), default=0), **noise}
 
 
 def _cell(value):
@@ -110,7 +118,10 @@ def privacy_line(section: dict) -> str:
         text += f", {section['kanon_tables_max']} K-anonymous table(s)"
     if section["refused"] or section["reused"]:
         text += f"; {section['refused']} requests refused, {section['reused']} tables sent again unchanged"
-    return text + " (privacy.csv)"
+    text += " (privacy.csv)"
+    if section.get("noise") == "seeded":
+        text = f"WARNING: {section['warning']}\n" + text
+    return text
 
 
 def _fmt(value) -> str:

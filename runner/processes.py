@@ -66,7 +66,7 @@ def placement(count: int, spec, cores: int | None = None, available: int | None 
 def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,
               key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
               idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None,
-              plugins: dict | None = None) -> None:
+              plugins: dict | None = None, policy: dict | None = None) -> None:
     import setproctitle
 
     setproctitle.setproctitle(host_title(name, site_ids))
@@ -81,7 +81,7 @@ def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_p
     parent = multiprocessing.parent_process() if watch_parent else None
     sys.exit(run_host(name, site_ids, endpoint, workdir, keys=keys, shuffler_keys=shuffler_keys,
                       fault_rules=fault_rules, seed=seed, scenario=scenario, idle_timeout=idle_timeout,
-                      shuffler=shuffler, budget=budget, plugins=plugins,
+                      shuffler=shuffler, budget=budget, plugins=plugins, policy=policy,
                       parent_alive=parent.is_alive if parent else None))
 
 
@@ -92,7 +92,7 @@ def host_title(name: str, site_ids: list[str]) -> str:
 def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, keys: dict | None,
              shuffler_keys: dict | None, fault_rules: list, seed: int, scenario: dict | None,
              idle_timeout: float | None, shuffler: str | None, budget: dict | None, plugins: dict | None = None,
-             parent_alive=None) -> int:
+             parent_alive=None, policy: dict | None = None) -> int:
     """Serve `site_ids` from this process until they finish (sites.host.serve's exit code). keys:
     site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise for the shuffler;
     plugins: the classes the scenario names by import path (scenarios.scenario.plugin_paths),
@@ -110,6 +110,8 @@ def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, key
     raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
     if budget is None and scenario is not None:
         budget = scenario["sites"]["budget"]
+    if policy is None and scenario is not None:
+        policy = scenario["sites"]["policy"]
     context = host_context(len(site_ids), shuffler is not None)
     trials = TrialCache(workdir, site_ids, scenario=scenario)
     agents: list = []
@@ -118,7 +120,7 @@ def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, key
         agents.append(SiteAgent(
             site_id, endpoint, workdir, trials, context=context, keys=keys[site_id] if keys else None,
             faults=FaultInjector(fault_rules, site_id, seed) if fault_rules else None,
-            shuffler=shuffler, budget=budget, on_crash=on_crash,
+            shuffler=shuffler, budget=budget, policy=policy, on_crash=on_crash,
             shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
@@ -188,14 +190,16 @@ class SiteHosts:
     """The processes serving `site_ids`, `sites_per_process` sites each. key_dir enables CURVE;
     fault_rules are the scenario's resolved rules (each site applies those that concern it);
     scenario lets hosts build their own data (hosts started away from the harness); budget:
-    each site's privacy budget (the scenario's sites.budget); plugins: the classes the scenario
+    each site's privacy budget (the scenario's sites.budget); policy: what each site serves (its
+    sites.policy, protocol.policy); plugins: the classes the scenario
     names by import path (scenarios.scenario.plugin_paths); watch_parent: exit when the
     launcher dies."""
 
     def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
                  sites_per_process: int = 1, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
                  scenario: dict | None = None, watch_parent: bool = True, idle_timeout: float | None = None,
-                 shuffler: str | None = None, budget: dict | None = None, plugins: dict | None = None) -> None:
+                 shuffler: str | None = None, budget: dict | None = None, plugins: dict | None = None,
+                 policy: dict | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         k = max(1, sites_per_process)
@@ -209,7 +213,7 @@ class SiteHosts:
                 target=host_main, name=name, daemon=watch_parent,
                 args=(name, group, endpoint, str(workdir), str(log_dir / f"{name}.log"), watch_parent,
                       str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout,
-                      shuffler, budget, plugins))
+                      shuffler, budget, plugins, policy))
 
     def start(self) -> None:
         for process in self.processes.values():

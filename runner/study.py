@@ -20,6 +20,7 @@ from data.heterogeneity import shift_response
 from protocol.accounting import Budget
 from protocol.codecs import CODECS
 from protocol.methods import METHODS, Outcome
+from protocol.noise import NOT_PRIVATE
 from protocol.wire import SHUFFLER_ID
 from runner.federation import InProcessFederation, ProcessFederation
 from runner.heterogeneity import HeterogeneityReport
@@ -95,9 +96,12 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         if on_listening is not None:
             on_listening(federation.channel.endpoint)
     else:
-        federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"])
+        federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"],
+                                         policy=scenario["sites"]["policy"])
     started = time.time()
     device = "cpu"
+    # where the sites' privacy noise comes from, in words on every results row (protocol.policy)
+    noise = NOT_PRIVATE if scenario["sites"]["policy"]["noise"] == "seeded" else "os"
     completed = 0
     report = HeterogeneityReport(scenario, _fedcp_qq_orders(scenario))
     site_devices: set[str] = set()
@@ -124,7 +128,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                 began = time.perf_counter()
                 outcome = federation.run_method(trial, index, method, sizes, label)
                 row = _result_row(trial, label, method, outcome, world, len(sizes),
-                                  time.perf_counter() - began)
+                                  time.perf_counter() - began, noise)
                 if "round_records" in outcome.details:  # federated learning: one row per round as well
                     rundir.append_rounds(round_rows(trial, label, outcome.details["round_records"], federation.ledger.rows))
                 rundir.append_result(row)
@@ -148,7 +152,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         "security": scenario["runtime"]["security"] if backend == "processes" else "none",
         "seconds": round(time.time() - started, 3), "methods": summarize(rundir.read_results()),
         "communication": communication(read_ledger(rundir.ledger)), "events": events.counts,
-        "privacy": privacy_summary(spent, budget),
+        "privacy": privacy_summary(spent, budget, seeded=scenario["sites"]["policy"]["noise"] == "seeded"),
         "placement": getattr(federation, "placed", None),
     }
     rundir.write_summary(summary)
@@ -199,7 +203,7 @@ def round_rows(trial: int, label: str, rounds: list[dict], ledger_rows: list[dic
 
 
 def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWorld, sites: int,
-                seconds: float) -> dict:
+                seconds: float, noise: str = "os") -> dict:
     # paper 004's tests and estimates and paper 002's learning have no central prediction sets
     statistics = world.task == "two_sample" or world.model.data == "examples"
     coverage, size = (math.nan, math.nan) if statistics else _evaluate(outcome, world)
@@ -217,7 +221,7 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "coverage": coverage, "size": size, "threshold": outcome.threshold,
         "guarantee": details.get("guarantee"), "ell": details.get("ell"), "k": details.get("k"),
         "sites": sites, "answered": details.get("answered"), "epsilon": privacy["epsilon"],
-        "privacy": privacy["model"], "epsilon_obtained": details.get("epsilon_obtained"),
+        "privacy": privacy["model"], "noise": noise, "epsilon_obtained": details.get("epsilon_obtained"),
         "epsilon_local": details.get("epsilon_local"),
         "quantile_error": _worst_quantile_error(details, method, world), "clipped": clipped,
         "p_value": details.get("p_value"), "statistic": details.get("statistic"),

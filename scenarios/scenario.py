@@ -5,7 +5,9 @@ Top-level fields (see README, "Scenario format"):
     data      source-specific fields (data.sources.SOURCES[source].PARAMS)
     split     train / calibration / test fractions
     sites     count, sizes ("equal" or a list of n_j), heterogeneity, budget (each site's own
-              privacy budget, protocol.accounting.BUDGET_FIELDS)
+              privacy budget, protocol.accounting.BUDGET_FIELDS), policy (what each site serves,
+              protocol.policy.POLICY_FIELDS: in a local run it stands in for the site operators'
+              own files; a method it refuses is a validation error)
     model     kind, device, params (models.MODELS[kind].PARAMS)
     methods   a list of {name, label, ...method parameters} (protocol.methods.METHODS[name].PARAMS)
     runtime   bind address, per-phase deadlines, transport security (curve or plain), key directory,
@@ -23,6 +25,7 @@ from data.split import site_sizes
 from models import MODELS
 from protocol.accounting import BUDGET_FIELDS
 from protocol.methods import METHODS
+from protocol.policy import POLICY_FIELDS, SitePolicy
 from specs.plugins import PluginError, is_import_path
 from specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
@@ -44,6 +47,7 @@ SCENARIO_FIELDS = {
         "sizes": {"type": "sizes", "default": "equal"},
         "heterogeneity": {"type": "map", "fields": HETEROGENEITY_FIELDS},
         "budget": {"type": "map", "fields": BUDGET_FIELDS},
+        "policy": {"type": "map", "fields": POLICY_FIELDS},
     }},
     "model": {"type": "any"},
     "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},
@@ -217,6 +221,40 @@ def _cross_checks(s: dict):
         if fault["method"] is not None and fault["method"] not in labels:
             yield ScenarioError(f"faults[{index}].method", "one of the methods' labels: " + ", ".join(labels),
                                 fault["method"])
+    yield from _policy_checks(s)
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         yield ScenarioError("methods", "distinct labels (add 'label:' to tell entries apart)", duplicates)
+
+
+def _policy_checks(s: dict):
+    """A method the sites' policy would refuse, named before the run starts (the sites refuse it
+    anyway: this only saves a run that could not succeed)."""
+    policy = SitePolicy.from_spec(s["sites"]["policy"])
+    for index, spec in enumerate(s["methods"]):
+        try:
+            method = METHODS[spec["name"]](s["alpha"], **method_params(spec))
+            spend = method.planned_spend(s["sites"]["count"])
+        except (TypeError, ValueError) as exc:  # the method's own checks run again when the study builds it
+            yield ScenarioError(f"methods[{index}]", f"parameters the method accepts ({exc})", spec["name"])
+            continue
+        refusal = policy.refusal(spec["name"], spend)
+        if refusal is not None:
+            yield ScenarioError(f"methods[{index}]", f"a method the sites' policy (sites.policy) allows; {refusal}",
+                                spec["label"])
+
+
+SITE_FILE_FIELDS = {**POLICY_FIELDS, "budget": {"type": "map", "fields": BUDGET_FIELDS}}
+
+
+def load_site_policy(path: str | Path) -> tuple[dict, dict]:
+    """A site operator's own file (`run.py site --policy FILE`): the policy fields
+    (protocol.policy.POLICY_FIELDS) and a `budget:` map; returns (policy, budget), validated, with
+    errors naming the file and field."""
+    raw = read_yaml(path)
+    try:
+        spec = validate({"type": "map", "fields": SITE_FILE_FIELDS}, raw if raw is not None else {}, "")
+    except ScenarioError as exc:
+        raise exc.in_file(str(path)) from None
+    budget = spec.pop("budget")
+    return spec, budget

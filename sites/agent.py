@@ -40,11 +40,12 @@ from transport.security import ClientKeys
 class SiteAgent:
     def __init__(self, site_id: str, endpoint: str, workdir, trials: TrialCache, *, context: zmq.Context,
                  keys: ClientKeys | None = None, faults: FaultInjector | None = None, shuffler: str | None = None,
-                 shuffler_keys: ClientKeys | None = None, budget: dict | None = None, on_crash=None) -> None:
+                 shuffler_keys: ClientKeys | None = None, budget: dict | None = None, policy: dict | None = None,
+                 on_crash=None) -> None:
         self.site_id, self.faults, self.on_crash = site_id, faults, on_crash
         self.log = logging.getLogger(f"quorum.site.{site_id}")
         self.channel = SiteChannel(endpoint, site_id, keys=keys, context=context)
-        self.local = SiteLocal(site_id, workdir, budget=budget, trials=trials)
+        self.local = SiteLocal(site_id, workdir, budget=budget, trials=trials, policy=policy)
         self.outbox = Outbox(lambda peer, data: self.channel.send_raw([data]) or 0, faults)
         self.to_shuffler = None
         if shuffler is not None:

@@ -5,11 +5,18 @@ from its process's TrialCache (sites.trials: loaded once per process and trial, 
 sites the process serves); a request then goes to the method's site half, built once per
 session, whose value the codec encodes.
 
-Every request passes the site's own privacy account (protocol.accounting) before the method's
-half may answer: the method says what the answer would release (`Method.spend`, from the
+Every request passes the site's own policy (protocol.policy: the methods it serves, the smallest
+K, the largest epsilon per release, releases without formal privacy, the fewest co-contributors
+behind a claim) and then its privacy account (protocol.accounting) before the method's half may
+answer: the method says what the answer would release (`Method.spend`, from the
 request the site received), the account refuses what the site's budget does not allow, returns
 an earlier K-anonymous release unchanged for an identical request on the same data, and records
 what was released. The account lives on the site's storage, so a restarted site keeps it.
+
+A session belongs to the first method asked in it: its half is built once per (session, method)
+and a request for another method in the same session is refused. The half of a method whose
+randomness protects a release draws from the OS CSPRNG (protocol.noise.PrivacyNoise); only a
+policy of `noise: seeded` gives it the Generator replayable from the scenario seed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import numpy as np
 from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
 from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
+from protocol.noise import PrivacyNoise
+from protocol.policy import SitePolicy
 from protocol.sessions import SESSIONS_PER_TRIAL
 from sites.storage import append_account, read_account
 from sites.trials import TrialCache
@@ -27,14 +36,17 @@ from stats.randomness import site_rng
 
 
 class SiteLocal:
-    def __init__(self, site_id: str, workdir, budget: dict | None = None, trials: TrialCache | None = None) -> None:
+    def __init__(self, site_id: str, workdir, budget: dict | None = None, trials: TrialCache | None = None,
+                 policy: dict | None = None) -> None:
         self.site_id, self.workdir, self.trials = site_id, workdir, trials
         self.trial: int | None = None
         self.seed = 0
         self.scores = np.empty(0)
         self.fingerprint = ""
         self.device = "cpu"
-        self._halves: dict[int, object] = {}
+        self._halves: dict[int, tuple[str, object]] = {}  # session -> (its method, the half)
+        self._owners: dict[int, str] = {}  # session -> the method it belongs to (kept after close)
+        self.policy = SitePolicy.from_spec(policy)
         self.account = SiteAccount(Budget.from_spec(budget), read_account(workdir, site_id))
         self._saved = len(self.account.records)  # records already on the site's storage
 
@@ -45,6 +57,8 @@ class SiteLocal:
 
     def hold(self, trial: int, seed: int, scores: np.ndarray) -> int:
         """Serve `trial` with these scores (what open_trial computed); return n_j."""
+        if trial != self.trial:
+            self._owners = {}
         self.trial, self.seed, self._halves = trial, seed, {}
         self.scores = np.asarray(scores, dtype=float)
         self.fingerprint = data_fingerprint(self.scores)
@@ -68,7 +82,15 @@ class SiteLocal:
             encoder, body = CODECS[method.codec].for_site(body)
         except PayloadError as exc:
             raise RequestError(str(exc)) from None
+        owner = self._owners.setdefault(session, method_name)
+        if owner != method_name:
+            self._refuse(session, method_name, f"session {session} belongs to {owner}; a session never "
+                                               f"changes its method")
+        bound = self._halves.get(session)
         spend = method.spend(phase, body)
+        refusal = self.policy.refusal(method_name, spend)
+        if refusal is not None:
+            self._refuse(session, method_name, refusal)
         if spend is not None and spend.kind == "kanon":
             earlier = self.account.cached_release(self.trial, self.fingerprint, spend)
             if earlier is not None:  # the same table again: nothing new leaves the site
@@ -78,20 +100,26 @@ class SiteLocal:
             try:
                 self.account.admit(self.trial, self.fingerprint, spend)
             except BudgetExceeded as exc:
-                self.account.refusal(self.trial, session, method_name, str(exc))
-                self._save()
-                raise RequestError(str(exc)) from None
-        half = self._halves.get(session)
-        if half is None:
-            rng = site_rng(self.seed, self.trial, session, self.site_id)
-            half = self._halves[session] = method.site_for(self.scores, rng, self.site_id, session)
+                self._refuse(session, method_name, str(exc))
+        if bound is None:
+            rng = (PrivacyNoise() if method.site_noise and not self.policy.seeded
+                   else site_rng(self.seed, self.trial, session, self.site_id))
+            bound = self._halves[session] = (method_name, method.site_for(self.scores, rng, self.site_id, session))
+        half = bound[1]
         value = half.answer(phase, body)
         if spend is not None:
             self._record(session, method_name, spend, body=to_plain(value) if spend.kind == "kanon" else None)
         return encoder.encode(value)
 
+    def _refuse(self, session: int, method_name: str, reason: str):
+        """Refuse a request: the reason goes to the account (privacy.csv) and back to the coordinator."""
+        self.account.refusal(self.trial, session, method_name, reason)
+        self._save()
+        raise RequestError(reason)
+
     def _record(self, session: int, method_name: str, spend, body=None, reused: bool = False) -> None:
-        self.account.record(self.trial, session, method_name, self.fingerprint, spend, body=body, reused=reused)
+        self.account.record(self.trial, session, method_name, self.fingerprint, spend, body=body, reused=reused,
+                            noise=self.policy.noise)
         self._save()
 
     def _save(self) -> None:

@@ -114,6 +114,12 @@ class Method(ABC):
     codec: ClassVar[str]
     phases: ClassVar[tuple[str, ...]] = ("respond",)
     PARAMS: ClassVar[dict[str, dict]] = {}
+    #: whether the site half's randomness protects what it releases (the exponential mechanism,
+    #: K-anonymous limits): then the site hands it the OS CSPRNG (protocol.noise.PrivacyNoise, with
+    #: `random` and `uniform`), or the scenario's seed only where its policy says `noise: seeded`.
+    #: False (learning methods): the half gets a seeded numpy Generator for work that protects
+    #: nothing (minibatch order), so that it reproduces.
+    site_noise: ClassVar[bool] = True
     #: what the site half works on: "scores" (a model's conformity scores, for calibration) or
     #: "two_sample" ((value, group) rows of models.two_sample, for paper 004's statistics)
     data: ClassVar[str] = "scores"
@@ -158,6 +164,12 @@ class Method(ABC):
         the request it received; None when the phase releases nothing of the site's data.
         Default: a release with no formal privacy guarantee."""
         return Spend("none", model="no formal privacy")
+
+    def planned_spend(self, sites: int) -> Spend | None:
+        """What this method, as the scenario sets it up, will ask each of `sites` sites to release:
+        the Spend its `spend` will compute from the requests (for checking a scenario against the
+        sites' policy before a run, protocol.policy). Default: no formal privacy, as `spend`."""
+        return Spend("none", model=self.privacy["model"])
 
     @classmethod
     def site_for(cls, scores: np.ndarray, rng: np.random.Generator, site_id: str, session: int) -> SiteHalf:

@@ -126,8 +126,7 @@ class DDGQuantile(Method):
                     f"and {m} sites need M >= 2^{need} to avoid wrap-around with probability "
                     f"1 - {self.failure:g} (paper 001 theorem {2 if self.hierarchical else 1}); "
                     f"raise modulus_bits or lower epsilon")
-        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
-        threshold = self.secagg["threshold"] or default_threshold(degree)
+        degree, threshold = self.graph_shape(m)
         try:
             params = SecAggParams(bits, self.length(), degree, threshold)
         except ValueError as exc:
@@ -142,6 +141,24 @@ class DDGQuantile(Method):
                   "histogram": "hierarchical" if self.hierarchical else "flat",
                   "central": {"epsilon": claim, "delta": self.delta, "inputs": inputs, "accounting": self.accounting}}
         return params, public
+
+    def graph_shape(self, m: int) -> tuple[int, int]:
+        """(degree, threshold) of the session's secure-aggregation graph over m sites."""
+        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
+        return degree, self.secagg["threshold"] or default_threshold(degree)
+
+    def planned_spend(self, sites):
+        """As plan() claims: the epsilon asked over the planned inputs (abort), or under `report`
+        what the threshold's inputs give, which this check takes as the contributors."""
+        if self.on_shortfall == "abort" or sites < 2:
+            return Spend("dp", self.epsilon, self.delta, self.privacy["model"],
+                         contributors=max(1, self.planned_inputs(sites)))
+        inputs = self.graph_shape(sites)[1]
+        b = self.bins.count if isinstance(self.bins, Bins) else self.bins_spec["count"]
+        c, sigma2 = scaling_for_epsilon(self.epsilon, self.delta, self.planned_inputs(sites), self.sigma2, b,
+                                        self.hierarchical, self.accounting)
+        claim = (1 + 1e-9) * histogram_epsilon(c, inputs, sigma2, b, self.hierarchical, self.delta, self.accounting)
+        return Spend("dp", claim, self.delta, self.privacy["model"], contributors=inputs)
 
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
         sizes = dict(sizes)
@@ -247,7 +264,8 @@ def ddg_spend(public) -> Spend:
         raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: c={public['c']}, "
                            f"sigma^2={public['sigma2']:.4g} over {central['inputs']} inputs give {backed:.4g}")
     return Spend("dp", float(central["epsilon"]), float(central["delta"]),
-                 f"central by distributed discrete Gaussian over {central['inputs']} inputs")
+                 f"central by distributed discrete Gaussian over {central['inputs']} inputs",
+                 contributors=int(central["inputs"]))
 
 
 def check_public(public) -> Spend:

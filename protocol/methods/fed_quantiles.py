@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from protocol.codecs.summary import Summary
+from protocol.accounting import Spend
 from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError,
                                    Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
@@ -72,6 +73,9 @@ class KAnonQuantiles(Method):
     @classmethod
     def spend(cls, phase, body):
         return table_spend("both groups pooled", body)
+
+    def planned_spend(self, sites):
+        return Spend("kanon", model=self.privacy["model"], k=self.request["k"])
 
 
 class YJLikelihood(OneShotMethod):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 
 from protocol.codecs import CODECS
+from protocol.accounting import Spend
 from protocol.methods.base import OneShotMethod, Outcome, Planned
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 from stats.dp import Bins
@@ -101,6 +102,9 @@ class FedCP2QQ(OneShotMethod):
     @classmethod
     def spend(cls, phase, body):
         return bin_spend(body)
+
+    def planned_spend(self, sites):
+        return Spend("dp", self.epsilon, 0.0, "local")
 
     def _bins(self) -> Bins:
         if not isinstance(self.bins, Bins):

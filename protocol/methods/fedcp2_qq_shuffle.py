@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
+from protocol.accounting import Spend
 from protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
 from protocol.methods.fedcp2_qq import FedCP2QQ
 from stats.amplification import local_epsilon_for, shuffled_epsilon
@@ -79,6 +80,10 @@ class FedCP2QQShuffled(FedCP2QQ):
         epsilon0 = self.local_epsilon(sites)
         return {"epsilon": shuffled_epsilon(epsilon0, floor, self.delta) * (1 + 1e-9) or epsilon0,
                 "delta": self.delta, "messages": floor}
+
+    def planned_spend(self, sites):
+        central = self.guaranteed(sites, 1)
+        return Spend("dp", central["epsilon"], central["delta"], self.MODEL, contributors=central["messages"])
 
     def combine(self, sizes, planned, answers, dropped, rng):
         outcome = super().combine(sizes, planned, answers, dropped, rng)

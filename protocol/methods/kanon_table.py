@@ -163,7 +163,7 @@ def table_spend(layout: str, body) -> Spend:
     back; any other counts against the site's `kanon_releases`."""
     k, extremes, bounds, limits = parse_table_request(body)
     return Spend("kanon", model=f"K-anonymous table (K = {k}, {layout})",
-                 key=request_key(layout, k, extremes, list(bounds or ()), limits))
+                 key=request_key(layout, k, extremes, list(bounds or ()), limits), k=k)
 
 
 def table_request(k: int, extremes: str, bounds: list[float]) -> dict:

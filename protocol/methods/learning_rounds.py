@@ -79,6 +79,7 @@ class LearningMethod(Method):
     data = "examples"
     primary: ClassVar[str] = "private_accuracy"
     uses_weights: ClassVar[bool] = True
+    site_noise = False  # a learning site's randomness orders minibatches; it protects no release
 
     def __init__(self, alpha: float, **params: Any) -> None:
         super().__init__(alpha, **params)

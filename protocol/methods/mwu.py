@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from protocol.codecs.summary import Summary
+from protocol.accounting import Spend
 from protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
                                    two_sample_groups)
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
@@ -127,3 +128,6 @@ class MWUTable(Method):
     @classmethod
     def spend(cls, phase, body):
         return table_spend("control and treatment", body)
+
+    def planned_spend(self, sites):
+        return Spend("kanon", model=self.privacy["model"], k=self.request["k"])

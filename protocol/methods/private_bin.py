@@ -60,7 +60,8 @@ def bin_spend(body) -> Spend:
         raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: {central['messages']} "
                            f"shuffled messages at local epsilon {epsilon:g} give {backed:.4g} (FMT21)")
     return Spend("dp", float(central["epsilon"]), float(central["delta"]),
-                 f"central by amplification of {central['messages']} messages (local epsilon {epsilon:.4g})")
+                 f"central by amplification of {central['messages']} messages (local epsilon {epsilon:.4g})",
+                 contributors=int(central["messages"]))
 
 
 def bins_from_request(bins, min_count: int = 1, max_count: int = MAX_BINS) -> Bins:

@@ -130,6 +130,9 @@ class PrivateCPLocal(_PrivateCPBase):
     def spend(cls, phase, body):
         return bin_spend(body)
 
+    def planned_spend(self, sites):
+        return Spend("dp", self.epsilon, 0.0, "local")
+
 
 class _PerSiteBins(ExpMechBins):
     """Decoder for bin indices whose range differs per site: the range is checked in combine()."""

@@ -1,0 +1,92 @@
+"""A site's own policy: what it serves, decided by the site, never by the study (issue 35).
+
+The coordinator asks; the site decides. Before a site half may answer, the site checks the
+request's `Spend` (computed by the method from the request the site received) against its
+policy and refuses, with the reason, a request that asks for more than the policy allows:
+
+- `methods`: the methods it answers ("all", or a list of names);
+- `min_k`: the smallest K of a K-anonymous table it takes part in;
+- `max_epsilon`: the largest epsilon of a single DP release ("unlimited" to lift it); the total
+  over releases is the site's budget (protocol.accounting.Budget, `sites.budget`);
+- `non_private`: whether it releases anything without a formal privacy guarantee (a raw local
+  quantile, every score to a curator, model weights in the clear): "refuse" (the default) or
+  "allow";
+- `min_contributors`: the fewest inputs it accepts behind a claim whose privacy rests on other
+  sites' inputs (a shuffle's messages, a secure sum's noisy inputs);
+- `noise`: "os" (the default: every draw that protects a release comes from the operating
+  system's CSPRNG, protocol.noise.PrivacyNoise) or "seeded" (the draws replay from the scenario
+  seed: for reproducing figures and regression tests only; every output of such a run says that
+  its releases are not private).
+
+In a multi-host run the policy is the site operator's file (`run.py site --policy FILE`); in a
+local run the scenario's `sites.policy` stands in for it, and a scenario that asks for what the
+policy refuses fails validation before it starts (scenarios.scenario). The check at the site
+is the one that counts: it runs whatever the coordinator sends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from protocol.accounting import Spend
+from protocol.noise import NOISE_SOURCES
+
+#: the scenario's `sites.policy` and the `policy:` part of a site operator's file
+POLICY_FIELDS = {
+    "methods": {"type": "list", "of": {"type": "str"}, "min_len": 1, "default": ["all"]},
+    "min_k": {"type": "int", "min": 2, "default": 5},
+    "max_epsilon": {"type": "float_or", "choices": ["unlimited"], "gt": 0, "default": 10.0},
+    "non_private": {"type": "str", "choices": ["refuse", "allow"], "default": "refuse"},
+    "min_contributors": {"type": "int", "min": 1, "default": 3},
+    "noise": {"type": "str", "choices": list(NOISE_SOURCES), "default": "os"},
+}
+
+
+@dataclass(frozen=True)
+class SitePolicy:
+    methods: tuple[str, ...] = ("all",)
+    min_k: int = 5
+    max_epsilon: float = 10.0  # math.inf: no limit per release
+    non_private: str = "refuse"
+    min_contributors: int = 3
+    noise: str = "os"
+
+    @staticmethod
+    def from_spec(spec: dict | None) -> "SitePolicy":
+        """From a validated `sites.policy` (None: the defaults)."""
+        spec = dict(spec or {})
+        if "methods" in spec:
+            spec["methods"] = tuple(spec["methods"])
+        if spec.get("max_epsilon") == "unlimited":
+            spec["max_epsilon"] = math.inf
+        return SitePolicy(**spec)
+
+    @property
+    def seeded(self) -> bool:
+        return self.noise == "seeded"
+
+    def refusal(self, method: str, spend: Spend | None) -> str | None:
+        """Why this site will not answer a request of `method` that releases `spend` (None: it
+        may). Every reason starts with "site policy:"."""
+        if "all" not in self.methods and method not in self.methods:
+            return f"site policy: this site answers only {', '.join(self.methods)}, not {method}"
+        if spend is None:
+            return None
+        if spend.kind == "none" and self.non_private != "allow":
+            return (f"site policy: {method} releases data with no formal privacy ({spend.model}); this site "
+                    f"refuses such releases (non_private: refuse)")
+        if spend.kind == "dp" and spend.epsilon > self.max_epsilon * (1 + 1e-12):
+            return (f"site policy: epsilon {spend.epsilon:.4g} for one release is above this site's largest, "
+                    f"{self.max_epsilon:g}")
+        if spend.kind == "kanon" and spend.k < self.min_k:
+            return f"site policy: K = {spend.k} is below the smallest K this site accepts, {self.min_k}"
+        if spend.contributors and spend.contributors < self.min_contributors:
+            return (f"site policy: the release is planned for {spend.contributors} input(s); this site takes "
+                    f"part only behind at least {self.min_contributors}")
+        return None
+
+    def to_summary(self) -> dict:
+        return {"methods": list(self.methods), "min_k": self.min_k,
+                "max_epsilon": None if math.isinf(self.max_epsilon) else self.max_epsilon,
+                "non_private": self.non_private, "min_contributors": self.min_contributors, "noise": self.noise}
