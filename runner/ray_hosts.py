@@ -150,14 +150,15 @@ class RayHosts:
     def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *, launcher: dict,
                  events, on_lost, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
                  scenario: dict | None = None, shuffler: str | None = None, budget: dict | None = None,
-                 plugins: dict | None = None, start_timeout: float = 120.0, idle_timeout: float | None = None) -> None:
+                 plugins: dict | None = None, start_timeout: float = 120.0, idle_timeout: float | None = None,
+                 policy: dict | None = None) -> None:
         import ray
 
         self.ray, self.site_ids, self.endpoint = ray, site_ids, endpoint
         self.workdir, self.log_dir, self.launcher, self.events, self.on_lost = workdir, log_dir, launcher, events, on_lost
         self.key_dir, self.shuffler, self.start_timeout = key_dir, shuffler, start_timeout
         self.options = dict(fault_rules=list(fault_rules), seed=seed, scenario=scenario, idle_timeout=idle_timeout,
-                            shuffler=shuffler, budget=budget, plugins=plugins)
+                            shuffler=shuffler, budget=budget, plugins=plugins, policy=policy)
         nodes = [n for n in ray.nodes() if n["Alive"]]
         k = math.ceil(len(site_ids) / host_count(len(site_ids), launcher["hosts"], len(nodes)))
         groups = [site_ids[i:i + k] for i in range(0, len(site_ids), k)]

@@ -92,7 +92,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"], [label for label, _ in methods]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
-                                       shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario)
+                                       shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario,
+                                       policy=scenario["sites"]["policy"])
         if on_listening is not None:
             on_listening(federation.channel.endpoint)
     else:

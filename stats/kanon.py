@@ -221,6 +221,65 @@ def k_anonymous_cells(counts: np.ndarray, k: int) -> list[tuple[int, int, int]] 
     return cells
 
 
+#: a table a site is asked to refine may have at most this many bins (a bound on the work and
+#: memory a request can cause; finer tables are harmless to privacy, see join_cells)
+MAX_TABLE_BINS = 1 << 20
+
+
+def check_table(limits) -> None:
+    """A site's check of the table it is asked to refine, before it looks at its data (issue 35):
+    limits increasing and at most MAX_TABLE_BINS bins (KAnonymityError names what is wrong).
+    Bins finer than the site's data are not refused but made harmless by join_cells: an honest
+    table can hold bins narrower than any floor (a first site's limits lie strictly between two
+    of its values, which may be adjacent floats), so a width rule would refuse honest tables."""
+    limits = np.asarray(limits, dtype=float)
+    if limits.size - 1 > MAX_TABLE_BINS:
+        raise KAnonymityError(f"the table has {limits.size - 1} bins, more than the {MAX_TABLE_BINS} a site refines")
+    if limits.size < 2 or np.any(~(np.diff(limits) > 0)):
+        raise KAnonymityError("the table's limits must increase strictly")
+
+
+def join_cells(limits: np.ndarray, values: np.ndarray, k: int, noise) -> list[tuple[int, int, int]] | None:
+    """One group's cells on a table it did not make (a joining site, section 3.2), by a rule that
+    no table can turn into a locator (issue 35). Walking up the group's sorted values, a cell may
+    close once it holds at least K of them, and only in a gap between two consecutive distinct
+    values v_t < v_{t+1}: at a limit c with v_t <= c < v_{t+1}, drawn uniformly from the table's
+    limits in that gap (a gap with none cannot close a cell; the walk goes on). A remainder of
+    fewer than K joins the last cell; every cell holds at least K values (an empty bin is never a
+    cell of its own; a group with no value is one empty cell). None when the total is in (0, K).
+
+    Why this is as safe as the paper's own limits: a closing limit tells only that it lies in a
+    gap between two of the site's values, as c_j = w a_j + (1 - w) v_{j+1} of section 3.1 does;
+    which limit of the gap is drawn carries nothing more, and the count of a cell says nothing
+    of where inside it the values lie. The paper's rule (close at the first limit once K are
+    reached; empty bins as cells) lets a fabricated table of narrow bins locate the K-th, 2K-th,
+    ... values to a bin's width, and every value that follows an empty stretch."""
+    values = np.sort(np.asarray(values, dtype=float))
+    bins = len(limits) - 1
+    if values.size == 0:
+        return [(0, bins - 1, 0)]
+    if values.size < k:
+        return None
+    interior = np.asarray(limits[1:-1], dtype=float)
+    cells, first_bin, start = [], 0, 0
+    for t in range(k - 1, values.size - 1):
+        if t + 1 - start < k or values[t + 1] == values[t]:
+            continue
+        lo = int(np.searchsorted(interior, values[t], side="left"))
+        hi = int(np.searchsorted(interior, values[t + 1], side="left"))
+        if hi <= lo:
+            continue
+        limit = lo + min(int(noise.random() * (hi - lo)), hi - lo - 1)  # interior[limit] ends bin `limit`
+        cells.append((first_bin, limit, t + 1 - start))
+        first_bin, start = limit + 1, t + 1
+    if values.size - start >= k or not cells:
+        cells.append((first_bin, bins - 1, values.size - start))
+    else:
+        first, _, count = cells.pop()
+        cells.append((first, bins - 1, count + values.size - start))
+    return cells
+
+
 def _releasable(groups: list[np.ndarray], k: int) -> list[np.ndarray]:
     """The groups whose site total may be released (0 or >= K); the others, withheld, take no
     part in anything the site releases (limits, extremes, refusals)."""
@@ -231,11 +290,13 @@ def _pooled(groups: list[np.ndarray]) -> np.ndarray:
     return np.sort(np.concatenate(groups)) if groups else np.empty(0)
 
 
-def _release(limits: list[float], groups: list[np.ndarray], k: int) -> Release:
+def _release(limits: list[float], groups: list[np.ndarray], k: int, noise=None) -> Release:
+    """The release of `groups` on `limits`: the first site's cells on its own bins
+    (k_anonymous_cells), or with `noise` a joining site's (join_cells)."""
     counts = site_counts(limits, groups)
     cells, withheld = [], []
-    for c in counts:
-        part = k_anonymous_cells(c, k)
+    for c, g in zip(counts, groups):
+        part = k_anonymous_cells(c, k) if noise is None else join_cells(np.asarray(limits), g, k, noise)
         withheld.append(part is None)
         cells.append(tuple(part) if part is not None else ())
     return Release(tuple(limits), tuple(cells), tuple(withheld))
@@ -288,10 +349,12 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
     """A further site's contribution (section 3.2, algorithm 4): revise the extreme limits if its
     data go beyond them, split each bin where its own data allow, then K-anonymous cells.
 
-    Deviation, for privacy: a buffer limit moves only when at least K of the site's releasable
-    points lie beyond it (the paper moves it for one point, and the moved limit then bounds that
+    Deviations, for privacy: the table is checked first (check_table) and the cells follow
+    join_cells, not the paper's first-limit rule; a buffer limit moves only when at least K of the
+    site's releasable points lie beyond it (the paper moves it for one point, and the moved limit then bounds that
     point's value, or with the inner limit determines it); fewer are counted in the extreme bin
     (top_code). The new limit is a buffer (buffer_width) around the site's own extreme bin."""
+    check_table(table_limits)
     groups = [np.sort(np.asarray(g, dtype=float)) for g in groups]
     limits = [float(v) for v in table_limits]
     active = _releasable(groups, k)
@@ -310,14 +373,15 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
         here = np.unique(pooled[bin_index(edges, pooled) == b]) if cuts else np.empty(0)
         refined += anonymized_limits(cuts, here, rng)
         refined.append(limits[b + 1])
-    return _release(refined, groups, k)
+    return _release(refined, groups, k, noise=rng)
 
 
-def check_release(release: Release, groups: list[np.ndarray], k: int, public_limits=()) -> None:
+def check_release(release: Release, groups: list[np.ndarray], k: int, public_limits=(), joined: bool = False) -> None:
     """The K-anonymity invariant (issue 9, item 1), checked by the site before it sends:
     cells partition the bins, every count is 0 or >= K and equals the site's data, withheld
     groups release nothing, and no limit outside `public_limits` (the table it was given, the
-    declared bounds) is one of the values of its releasable groups."""
+    declared bounds) is one of the values of its releasable groups. `joined` (a release on a
+    table the site did not make, join_cells): no empty cell unless it is the group's only one."""
     limits = np.asarray(release.limits, dtype=float)
     if limits.size < 2 or np.any(np.diff(limits) <= 0):
         raise KAnonymityError("limits must increase strictly")
@@ -338,6 +402,8 @@ def check_release(release: Release, groups: list[np.ndarray], k: int, public_lim
                 raise KAnonymityError(f"group {g}: cells do not partition the bins at bin {first}")
             if not valid_count(count, k):
                 raise KAnonymityError(f"group {g}: count {count} in bins {first}-{last} is in (0, {k})")
+            if joined and count == 0 and len(cells) > 1:
+                raise KAnonymityError(f"group {g}: the empty bins {first}-{last} would be a cell of their own")
             if count != int(counts[g][first:last + 1].sum()):
                 raise KAnonymityError(f"group {g}: count {count} in bins {first}-{last} is not the site's")
             expect = last + 1

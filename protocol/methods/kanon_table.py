@@ -128,7 +128,8 @@ class KAnonTableSite(SiteHalf):
                 release = join_release(limits, self.groups, k, self.rng, extremes, bounds)
             else:
                 release = first_release(self.groups, k, self.rng, extremes, bounds)
-            check_release(release, self.groups, k, public_limits=limits)
+            # the table it was sent and the declared bounds are public limits, not data (issue 35)
+            check_release(release, self.groups, k, public_limits=[*limits, *(bounds or ())], joined=bool(limits))
         except KAnonymityError as exc:
             raise RequestError(f"no K-anonymous release: {exc}") from None
         return release_to_summary(release)
