@@ -81,7 +81,7 @@ class SitePolicy:
                     f"{self.max_epsilon:g}")
         if spend.kind == "kanon" and spend.k < self.min_k:
             return f"site policy: K = {spend.k} is below the smallest K this site accepts, {self.min_k}"
-        if spend.contributors and spend.contributors < self.min_contributors:
+        if 1 < spend.contributors < self.min_contributors:  # 1: the release stands on its own
             return (f"site policy: the release is planned for {spend.contributors} input(s); this site takes "
                     f"part only behind at least {self.min_contributors}")
         return None

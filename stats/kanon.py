@@ -365,15 +365,17 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
         limits[-1] = upper_buffer(pooled[pooled > limits[-2]], limits[-2], rng)
     active = top_code(active, limits[0], limits[-1])
     pooled = _pooled(active)
-    refined = [limits[0]]
     edges = np.asarray(limits)
-    for b in range(len(limits) - 1):
-        inside = [g[bin_index(edges, g) == b] for g in active]
-        cuts, _ = greedy_cuts(inside, k)
-        here = np.unique(pooled[bin_index(edges, pooled) == b]) if cuts else np.empty(0)
-        refined += anonymized_limits(cuts, here, rng)
-        refined.append(limits[b + 1])
-    return _release(refined, groups, k, noise=rng)
+    pooled_bins = bin_index(edges, pooled)
+    group_bins = [bin_index(edges, g) for g in active]
+    added: list[float] = []
+    # only a bin holding at least K of the site's values can be split (greedy_cuts needs K in a
+    # piece), so the work grows with the data, not with the table's bins
+    for b in np.flatnonzero(np.bincount(pooled_bins, minlength=len(limits) - 1) >= k):
+        cuts, _ = greedy_cuts([g[at == b] for g, at in zip(active, group_bins)], k)
+        if cuts:
+            added += anonymized_limits(cuts, np.unique(pooled[pooled_bins == b]), rng)
+    return _release(sorted(limits + added), groups, k, noise=rng)
 
 
 def check_release(release: Release, groups: list[np.ndarray], k: int, public_limits=(), joined: bool = False) -> None:

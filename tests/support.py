@@ -36,7 +36,8 @@ def one_live_site(workdir: Path, host_mates: int = 0):
     scenario, world = trial_zero(workdir)
     channel = CoordinatorChannel("tcp://127.0.0.1:*")
     sites = [f"site-{i:03d}" for i in range(1 + host_mates)]
-    processes = SiteHosts(sites, channel.endpoint, workdir, workdir, sites_per_process=len(sites))
+    processes = SiteHosts(sites, channel.endpoint, workdir, workdir, sites_per_process=len(sites),
+                          policy={"non_private": "allow"})  # the tests' site operator allows raw answers
     processes.start()
     return scenario, world, channel, processes
 

@@ -176,7 +176,7 @@ def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
     path.write_text("a,t\n" + "".join(f"{i},{2 * i}\n" for i in range(10)))
 
     def scenario(data):
-        return validate_scenario({"name": "x", "data": data, "sites": {"count": 1}, "model": {"kind": "ridge"},
+        return validate_scenario({"name": "x", "data": data, "sites": {"count": 1, "policy": {"non_private": "allow"}}, "model": {"kind": "ridge"},
                                   "methods": [{"name": "centralized"}]})
 
     assert scenario({"source": "csv", "path": str(path), "target": "t"})["data"]["features"] == []
@@ -186,7 +186,7 @@ def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
              ({"source": "real", "name": "bio", "dir": str(tmp_path)}, "data.dir")]
     with pytest.raises(ScenarioError, match="at most 4 calibration points"):  # 0.4 x 10 rows
         validate_scenario({"name": "x", "data": {"source": "csv", "path": str(path), "target": "t"},
-                           "sites": {"count": 5}, "model": {"kind": "ridge"}, "methods": [{"name": "centralized"}]})
+                           "sites": {"count": 5, "policy": {"non_private": "allow"}}, "model": {"kind": "ridge"}, "methods": [{"name": "centralized"}]})
     for data, field in cases:
         with pytest.raises(ScenarioError) as error:
             scenario(data)

@@ -18,7 +18,8 @@ def scenario(kind="none", **heterogeneity):
     return validate_scenario({
         "name": "h", "seed": 5, "trials": 1,
         "data": {"source": "synthetic", "generator": "romano2019", "n": 6000},
-        "sites": {"count": 6, "sizes": 100, "heterogeneity": {"kind": kind, **heterogeneity}},
+        "sites": {"count": 6, "sizes": 100, "heterogeneity": {"kind": kind, **heterogeneity},
+                  "policy": {"non_private": "allow"}},
         "model": {"kind": "ridge"}, "methods": [{"name": "fedcp_qq"}]})
 
 

@@ -25,7 +25,8 @@ def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path, per_process):
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
     sites = sorted(world.shards)
-    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path, sites_per_process=per_process)
+    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path, sites_per_process=per_process,
+                      policy={"non_private": "allow"})
     ledger = Ledger(tmp_path / "ledger.csv")
     procs.start()
     try:

@@ -130,7 +130,7 @@ def plugin_dir(tmp_path, monkeypatch):
 
 def scenario(method="labplugin:MaxOfMaxes", source="labplugin:Uniform", kind="labplugin:Absolute") -> dict:
     return {"name": "plugins", "trials": 2, "seed": 1, "data": {"source": source, "n": 400},
-            "sites": {"count": 4}, "model": {"kind": kind}, "methods": [{"name": method}, {"name": "centralized"}],
+            "sites": {"count": 4, "policy": {"non_private": "allow"}}, "model": {"kind": kind}, "methods": [{"name": method}, {"name": "centralized"}],
             "runtime": {"deadlines": {"hello": 60, "join": 10, "respond": 5}}}
 
 

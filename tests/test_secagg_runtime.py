@@ -22,7 +22,11 @@ METHOD = {"name": "ddg_quantile", "epsilon": 5000.0, "bins": BINS, "count": "exa
 
 def scenario(faults, **method) -> dict:
     raw = yaml.safe_load(TINY.read_text())
-    raw.update(trials=1, methods=[{**METHOD, **method}], faults=faults, sites={"count": 6, "sizes": "equal"})
+    raw.update(trials=1, methods=[{**METHOD, **method}], faults=faults, sites={"count": 6, "sizes": "equal",
+                                                                          # epsilon 5000 and, under report, a
+                                                                          # claim resting on t inputs
+                                                                          "policy": {"max_epsilon": "unlimited",
+                                                                                     "min_contributors": 2}})
     raw["data"]["n"] = 600
     raw["runtime"] = {"deadlines": {"hello": 30, "join": 10, "respond": 2}}
     return validate_scenario(raw)

@@ -79,7 +79,8 @@ def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
     key_dir, channel, coordinator = secure_coordinator(tmp_path, ledger=ledger)
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
-    procs = SiteHosts(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir)
+    procs = SiteHosts(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir,
+                      policy={"non_private": "allow"})
     procs.start()
     try:
         coordinator.deadlines = Deadlines(hello=30, join=30, respond=10)
