@@ -112,6 +112,9 @@ def _run_with_progress(spec, out, start):
         console.print(communication_table(summary["communication"]))
     console.print(sites_line(summary))
     console.print(privacy_line(summary["privacy"]))
+    for attack in summary.get("attacks", []):  # a scenario's adversarial coordinator: what the sites did
+        console.print(f"attack {attack['attack']} on {attack['method']} (trial {attack['trial']}): "
+                      f"{attack['answered']} answered, {attack['refused']} refused; {attack['finding'] or attack['reasons']}")
     console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/ "
                   f"(timeline: timeline.png, trace.json)")
 

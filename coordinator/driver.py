@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
+import numpy as np
+
 from coordinator.events import EventLog
 from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
@@ -43,8 +45,9 @@ class Deadlines:
 
 class Coordinator:
     def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
-                 ledger: Ledger | None = None, faults: FaultInjector | None = None) -> None:
+                 ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
+        self.adversary = adversary  # coordinator.adversary.Adversary: scripted attacks on the sites
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults
         self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
@@ -136,19 +139,29 @@ class Coordinator:
         codec = method.make_codec()
         self.events.write("session_start", trial=trial, session=session, method=method.name,
                           label=label or method.name, sites=len(sizes))
-        half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
-        step = half.start()
+        rule = self.adversary.rule_for(trial, label or method.name) if self.adversary is not None else None
+        record = self.adversary.start(trial, label or method.name, rule) if rule is not None else None
+        if rule is not None:
+            self.events.write("attack", trial=trial, session=session, label=label or method.name, attack=rule["attack"])
+        if rule is not None and rule["attack"] == "forbidden_method":
+            step = self._ask_other(trial, session, label or method.name, rule, record, sizes)
+        else:
+            half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
+            step = half.start()
         rounds = 0
         while isinstance(step, Send):
             rounds += 1
             self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
                                    "codec": method.codec, "phase": step.phase}
             self._maybe_die(trial, step.phase, session)
+            requests, minimum = step.requests, step.minimum
+            if rule is not None:  # the scripted adversarial coordinator (coordinator.adversary)
+                requests, minimum = self.adversary.rewrite(rule, step.phase, requests, minimum, rounds - 1)
             sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": codec.wrap_request(body)})
-                     for site, body in step.requests.items()}
+                     for site, body in requests.items()}
             if codec.route == "shuffler":
                 answers, dropped = self._shuffled_phase(session, step.phase, sends, self.deadlines.respond,
-                                                        trial=trial, minimum=step.minimum)
+                                                        trial=trial, minimum=minimum)
             else:
                 answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond, trial=trial)
             decoded = {}  # in site-id order, so that methods see the same order in every backend
@@ -163,11 +176,55 @@ class Coordinator:
                                       reason=dropped[site])
                     continue
                 row["info_bits"] = row.get("info_bits", 0) + codec.information_bits(decoded[site])
+            if rule is not None:
+                self._observe_attack(rule, record, session, requests, decoded, dropped)
+                if rule["attack"] == "switch_method" and rounds == 1:
+                    self._ask_other(trial, session, label or method.name, rule, record, sizes)
             step = half.advance(step.phase, decoded, dropped)
         self.ledger.flush()
         self.events.write("session_end", trial=trial, session=session, method=method.name,
                           label=label or method.name, status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)
         return step
+
+    def _observe_attack(self, rule, record, session, requests, decoded, dropped) -> None:
+        self.adversary.observe(record, rule, session, requests, decoded, dropped)
+        if rule["attack"] == "fabricated_table":
+            from stats.kanon import KAnonymityError
+            from protocol.methods.kanon_table import release_from_summary
+
+            for site, value in decoded.items():
+                if not requests.get(site, {}).get("limits"):
+                    continue  # the first site bins its own data: no table of the coordinator's in it
+                try:
+                    release = release_from_summary(value, sum(key.startswith("cells_") for key in value))
+                except (KAnonymityError, ValueError, TypeError, AttributeError):
+                    continue
+                self.adversary.observe_table(record, release, site)
+
+    def _ask_other(self, trial, session, label, rule, record, sizes) -> Outcome:
+        """forbidden_method / switch_method: ask every joined site for the method `rule["ask"]` in
+        this session (its first phase, an empty body) and record who answered; the session
+        ends aborted when the request replaced the method's own (forbidden_method)."""
+        from protocol.codecs import CODECS
+        from protocol.methods import METHODS
+
+        other = METHODS[rule["ask"]]
+        phase, codec = other.phases[0], CODECS[other.codec]()
+        sends = {site: ("request", {"method": other.name, "phase": phase, "body": codec.wrap_request({})})
+                 for site in sorted(sizes)}
+        self.ledger.context = {"trial": trial, "session": session, "method": label, "codec": other.codec,
+                               "phase": phase}
+        answers, dropped = self._phase(session, phase, sends, self.deadlines.respond, trial=trial)
+        leaked = 0
+        for payload in answers.values():
+            try:
+                leaked += int(np.size(codec.decode(payload["body"])))
+            except (PayloadError, TypeError, ValueError):
+                pass
+        self.adversary.observe(record, rule, session, {site: {} for site in sends}, answers, dropped)
+        record.finding = (f"asked for {other.name} in a session of {label}: {len(answers)} of {len(sends)} sites "
+                          f"answered ({leaked} values released), {record.refused} refused")
+        return Outcome.aborted(f"adversarial coordinator ({rule['attack']}): {record.finding}")
 
     # -- one phase ---------------------------------------------------------------------------
 

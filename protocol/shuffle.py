@@ -12,15 +12,43 @@ set of senders (who took part is no secret; who sent what is) and nothing else a
 A batch holding fewer ciphertexts than its `minimum` is withheld: the shuffler forwards the
 senders and the reason but no ciphertext, because the amplification the sites' local epsilon
 was chosen for needs that many messages in the shuffle (stats.amplification).
+
+The minimum is not the coordinator's word alone (issue 35): each sealed message carries, outside
+its ciphertext, the site's own `claim` (`sealing_claim`): the fewest messages its answer's
+privacy was planned for (what the site booked) and a digest of the key it sealed to. The
+shuffler withholds a batch smaller than the largest claim in it, and a batch whose messages were
+sealed to different keys (a coordinator that hands each site its own key would know who sent
+what); a malformed claim refuses the message.
 The shuffler holds ciphertexts only: it has no key that opens them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass, field
 
 MAX_CIPHERTEXT = 4096
+KEY_DIGEST_BYTES = 16
+MAX_CLAIMED_MESSAGES = 1 << 40
+
+
+def sealing_claim(messages: int, seal_to: bytes) -> dict:
+    """What a site's sealed message claims for the shuffler to check: the fewest messages the
+    answer's privacy was planned for, and the first 16 bytes of SHA-256 of the key it sealed to."""
+    return {"messages": int(messages), "key": hashlib.sha256(seal_to).digest()[:KEY_DIGEST_BYTES]}
+
+
+def claim_problem(claim) -> str | None:
+    """Why a claim is malformed (None when it is sound)."""
+    if not isinstance(claim, dict) or set(claim) != {"messages", "key"}:
+        return "a claim must be {messages, key}"
+    messages, key = claim["messages"], claim["key"]
+    if isinstance(messages, bool) or not isinstance(messages, int) or not 1 <= messages <= MAX_CLAIMED_MESSAGES:
+        return f"claimed messages must be an integer in [1, {MAX_CLAIMED_MESSAGES}]"
+    if not isinstance(key, bytes) or len(key) != KEY_DIGEST_BYTES:
+        return f"the key digest must be {KEY_DIGEST_BYTES} bytes"
+    return None
 
 
 def secure_permutation(count: int) -> list[int]:
@@ -49,6 +77,7 @@ class ShuffleBatch:
     sizes: dict[str, int] = field(default_factory=dict)  # wire bytes of each accepted message
     refused: dict[str, str] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)  # expected senders whose connection was lost
+    claims: dict[str, dict] = field(default_factory=dict)  # each accepted sender's sealing_claim
 
     def lose(self, sender: str, reason: str) -> None:
         """`sender`'s connection closed before its message came: stop waiting for it."""
@@ -56,7 +85,7 @@ class ShuffleBatch:
             self.lost.add(sender)
             self.refused.setdefault(sender, reason)
 
-    def offer(self, sender: str, phase: str, ciphertext: bytes, nbytes: int = 0) -> str | None:
+    def offer(self, sender: str, phase: str, ciphertext: bytes, nbytes: int = 0, claim=None) -> str | None:
         """None if accepted, else why not (for the shuffler's log)."""
         if phase != self.phase:
             return f"sealed message for phase {phase!r} while phase {self.phase!r} is open"
@@ -67,10 +96,15 @@ class ShuffleBatch:
         if not isinstance(ciphertext, bytes) or not 0 < len(ciphertext) <= MAX_CIPHERTEXT:
             self.refused.setdefault(sender, "ciphertext of impossible length")
             return f"ciphertext from {sender} of impossible length"
+        problem = claim_problem(claim)
+        if problem:
+            self.refused.setdefault(sender, f"malformed claim: {problem}")
+            return f"malformed claim from {sender}: {problem}"
         if ciphertext in self.received.values():
             self.refused.setdefault(sender, "copy of a ciphertext already in the batch")
             return f"{sender} sent a copy of a ciphertext already in the batch (replay)"
         self.received[sender] = ciphertext
+        self.claims[sender] = claim
         self.sizes[sender] = nbytes
         self.refused.pop(sender, None)
         return None
@@ -81,9 +115,18 @@ class ShuffleBatch:
 
     @property
     def withheld(self) -> str:
-        """Why the ciphertexts may not be forwarded ("" when they may)."""
-        if len(self.received) >= self.minimum:
+        """Why the ciphertexts may not be forwarded ("" when they may): fewer messages than the
+        batch's minimum or than the largest claim in it, or messages sealed to different keys."""
+        keys = {claim["key"] for claim in self.claims.values()}
+        if len(keys) > 1:
+            return (f"withheld by the shuffler: the {len(self.received)} sealed messages were sealed to "
+                    f"{len(keys)} different keys (one session key is needed, or senders could be told apart)")
+        claimed = max((claim["messages"] for claim in self.claims.values()), default=0)
+        if len(self.received) >= max(self.minimum, claimed):
             return ""
+        if claimed > self.minimum:
+            return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
+                    f"{claimed} a site's answer was planned (and booked) for")
         return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
                 f"{self.minimum} the session's privacy was planned for")
 

@@ -43,7 +43,8 @@ PAYLOADS: dict[str, dict[str, tuple[type, ...]]] = {
     "close": {},
     "shutdown": {},
     # the shuffler's three hops (protocol.shuffle): site -> shuffler, coordinator <-> shuffler
-    "sealed": {"phase": (str,), "ciphertext": (bytes,)},
+    # claim: {messages, key} the shuffler checks (protocol.shuffle.sealing_claim)
+    "sealed": {"phase": (str,), "ciphertext": (bytes,), "claim": (dict,)},
     "batch_open": {"phase": (str,), "expected": (list,), "deadline": (int, float), "minimum": (int,)},
     "batch_ready": {"phase": (str,)},  # the shuffler holds the batch open: now the sites may be asked
     "batch_lost": {"phase": (str,), "sites": (dict,)},  # {site: reason}: connections the coordinator saw close

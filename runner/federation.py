@@ -35,7 +35,8 @@ class ProcessFederation:
     def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
                  runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
                  seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False,
-                 budget: dict | None = None, scenario: dict | None = None, policy: dict | None = None) -> None:
+                 budget: dict | None = None, scenario: dict | None = None, policy: dict | None = None,
+                 adversary=None) -> None:
         self.site_ids, self.events, self.ledger = site_ids, events, ledger
         self.placement = placement(len(site_ids), runtime["placement"]["sites_per_process"])
         self.launcher = runtime["launcher"] if local_sites else None
@@ -55,7 +56,8 @@ class ProcessFederation:
         keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
         self.channel = CoordinatorChannel(bind, keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
-        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults)
+        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
+                                       adversary=adversary)
         self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
         self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget, policy=policy,

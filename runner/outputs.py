@@ -8,6 +8,8 @@
                     conformal set sizes, weight bytes, wire bytes), appended as each session ends
     privacy.csv     what each site spent of its own privacy budget, per method and in total, read
                     from the sites' accounts (runner.privacy), written at the end
+    attacks.csv     a scenario's attacks only (coordinator.adversary): per trial and attack, the sites
+                    asked, answered and refused, the top reasons and what the attack found
     summary.json    per-method aggregates, written at the end (and rebuilt from results.csv)
     logs/           one log file per site process
 """
@@ -26,6 +28,7 @@ RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "thr
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",
                   "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
                   "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason"]
+ATTACK_COLUMNS = ["trial", "method", "attack", "asked", "answered", "refused", "reasons", "finding"]
 ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_mean", "accuracy_sd", "accuracy_min",
                  "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",
                  "private_set_size", "eta", "weights_bytes_down", "weights_bytes_up", "private_weights_bytes",
@@ -45,6 +48,7 @@ class RunDirectory:
         self.summary = self.path / "summary.json"
         self.rounds = self.path / "rounds.csv"
         self.privacy = self.path / "privacy.csv"
+        self.attacks = self.path / "attacks.csv"
 
     def write_scenario(self, scenario: dict) -> None:
         (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -115,6 +119,12 @@ class RunDirectory:
             return []
         with open(self.results, newline="") as handle:
             return list(csv.DictReader(handle))
+
+    def write_attacks(self, rows: list[dict]) -> None:
+        with open(self.attacks, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=ATTACK_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
 
     def write_summary(self, summary: dict) -> None:
         tmp = self.summary.with_suffix(".tmp")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from coordinator.adversary import Adversary
 from coordinator.events import EventLog
 from data.heterogeneity import shift_response
 from protocol.accounting import Budget
@@ -82,6 +83,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     ids = site_ids(scenario["sites"]["count"])
     methods = [(spec["label"], METHODS[spec["name"]](scenario["alpha"], **method_params(spec)))
                for spec in scenario["methods"]]
+    adversary = (Adversary(scenario["attacks"], [label for label, _ in methods], scenario["seed"])
+                 if scenario["attacks"] else None)
     if backend == "processes":
         runtime = scenario["runtime"]
         key_dir = None
@@ -93,10 +96,12 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"], [label for label, _ in methods]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
                                        shuffler=shuffled, budget=scenario["sites"]["budget"], scenario=scenario,
-                                       policy=scenario["sites"]["policy"])
+                                       policy=scenario["sites"]["policy"], adversary=adversary)
         if on_listening is not None:
             on_listening(federation.channel.endpoint)
     else:
+        if scenario["attacks"]:
+            raise ValueError("a scenario's attacks run over site processes: use the processes backend")
         federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"],
                                          policy=scenario["sites"]["policy"])
     started = time.time()
@@ -121,6 +126,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             device = world.model.device
             if not external_sites:
                 write_trial(rundir.work, trial, world.model, world.shards)
+            if adversary is not None:  # what the scenario made: the attacks test releases against it
+                adversary.truth = world.site_scores
             sizes, _ = federation.open_trial(trial, scenario["seed"])
             site_devices |= set(getattr(federation, "devices", {}).values())
             report.add(world, trial_rng(scenario["seed"], trial, "report"))
@@ -156,6 +163,10 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         "privacy": privacy_summary(spent, budget, seeded=scenario["sites"]["policy"]["noise"] == "seeded"),
         "placement": getattr(federation, "placed", None),
     }
+    if adversary is not None:  # what every attacked site did, and what each attack found
+        attacks = [record.row() for record in adversary.records]
+        rundir.write_attacks(attacks)
+        summary["attacks"] = attacks
     rundir.write_summary(summary)
     try:
         run_plots(rundir.read_results(), scenario["alpha"], rundir.path)

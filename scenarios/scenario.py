@@ -13,12 +13,14 @@ Top-level fields (see README, "Scenario format"):
     runtime   bind address, per-phase deadlines, transport security (curve or plain), key directory,
               placement (sites per OS process) and launcher (this machine, or a Ray cluster)
     faults    scripted faults (transport.faults)
+    attacks   a coordinator that attacks its own sites (coordinator.adversary)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from coordinator.adversary import ATTACK_FIELDS, attack_problem
 from data.heterogeneity import HETEROGENEITY_FIELDS
 from data.sources import SOURCES
 from data.split import site_sizes
@@ -52,6 +54,8 @@ SCENARIO_FIELDS = {
     "model": {"type": "any"},
     "methods": {"type": "list", "min_len": 1, "of": {"type": "any"}},
     "faults": {"type": "list", "of": {"type": "map", "fields": FAULT_FIELDS}, "default": []},
+    # a coordinator that attacks its own sites (coordinator.adversary): site-side defences tested
+    "attacks": {"type": "list", "of": {"type": "map", "fields": ATTACK_FIELDS}, "default": []},
     "runtime": {"type": "map", "fields": {
         "bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
         "shuffler_bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
@@ -222,6 +226,20 @@ def _cross_checks(s: dict):
             yield ScenarioError(f"faults[{index}].method", "one of the methods' labels: " + ", ".join(labels),
                                 fault["method"])
     yield from _policy_checks(s)
+    for index, attack in enumerate(s["attacks"]):
+        if attack["method"] not in labels:
+            yield ScenarioError(f"attacks[{index}].method", "one of the methods' labels: " + ", ".join(labels),
+                                attack["method"])
+            continue
+        spec = s["methods"][labels.index(attack["method"])]
+        problem = attack_problem(attack, METHODS[spec["name"]](s["alpha"], **method_params(spec)))
+        if problem:
+            yield ScenarioError(f"attacks[{index}].method", f"{problem} for attack {attack['attack']}",
+                                attack["method"])
+        if attack["ask"] not in METHODS:
+            yield ScenarioError(f"attacks[{index}].ask", "a registered method name", attack["ask"])
+        if attack["trials"] != "all" and attack["trials"] >= s["trials"]:
+            yield ScenarioError(f"attacks[{index}].trials", f"a trial number below {s['trials']}", attack["trials"])
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         yield ScenarioError("methods", "distinct labels (add 'label:' to tell entries apart)", duplicates)

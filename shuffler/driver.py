@@ -128,7 +128,7 @@ def _offer(incoming, open_batches, forwarded, guard: SequenceGuard) -> None:
         if reason is None:
             if key in open_batches:
                 reason = open_batches[key][0].offer(envelope.sender, key[1], envelope.payload["ciphertext"],
-                                                    incoming.nbytes)
+                                                    incoming.nbytes, envelope.payload["claim"])
             else:
                 reason = f"no batch is open for session {key[0]}, phase {key[1]}"
     if reason:

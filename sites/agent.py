@@ -167,7 +167,9 @@ class SiteAgent:
             reply("error", {"phase": phase, "reason": "this site was given no shuffler endpoint"})
         else:
             shuffle_channel, shuffle_outbox = self.to_shuffler
-            shuffle_outbox.send(shuffle_channel.pack("sealed", session, {"phase": phase, "ciphertext": body}),
+            claim = self.local.sealing_claim(method, phase, payload["body"])
+            shuffle_outbox.send(shuffle_channel.pack("sealed", session, {"phase": phase, "ciphertext": body,
+                                                                         "claim": claim}),
                                 "sealed", trial=trial, phase=phase, session=session, delay=delay)
 
     def _crash(self) -> None:

@@ -28,6 +28,7 @@ from protocol.codecs import CODECS, PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.noise import PrivacyNoise
 from protocol.policy import SitePolicy
+from protocol.shuffle import sealing_claim
 from protocol.sessions import SESSIONS_PER_TRIAL
 from sites.storage import append_account, read_account
 from sites.trials import TrialCache
@@ -125,6 +126,17 @@ class SiteLocal:
     def _save(self) -> None:
         append_account(self.workdir, self.site_id, self.account.records[self._saved:])
         self._saved = len(self.account.records)
+
+    @staticmethod
+    def sealing_claim(method_name: str, phase: str, body: dict) -> dict:
+        """What this site's sealed answer to an (already answered) request claims outside its
+        ciphertext, for the shuffler to check (protocol.shuffle.sealing_claim): the fewest
+        messages the answer was planned and booked for (1: it stands alone) and the key it was
+        sealed to."""
+        method = METHODS.get(method_name)
+        encoder, inner = CODECS[method.codec].for_site(body)
+        spend = method.spend(phase, inner)
+        return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
 
     @staticmethod
     def route(method_name: str) -> str:

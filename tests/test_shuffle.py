@@ -14,10 +14,11 @@ from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
 from protocol.inprocess import run_session
 from protocol.methods import METHODS
-from protocol.shuffle import ShuffleBatch, secure_permutation
+from protocol.shuffle import ShuffleBatch, sealing_claim, secure_permutation
 
 ROOT = Path(__file__).resolve().parents[1]
 BINS = {"lo": 0.0, "hi": 1.0, "count": 100}
+CLAIM = sealing_claim(1, b"k" * 32)  # a message that stands alone, sealed to one key
 
 
 def test_permutation_is_uniform():
@@ -35,7 +36,7 @@ def test_every_sender_lands_in_every_position_equally_often():
     for _ in range(4_000):
         batch = ShuffleBatch(1, "respond", frozenset(senders))
         for i, s in enumerate(senders):
-            assert batch.offer(s, "respond", bytes([i]) * 16) is None
+            assert batch.offer(s, "respond", bytes([i]) * 16, claim=CLAIM) is None
         payload = batch.forward()
         assert payload["senders"] == senders and set(payload) == {"phase", "ciphertexts", "senders", "refused",
                                                                    "received", "withheld"}
@@ -46,15 +47,35 @@ def test_every_sender_lands_in_every_position_equally_often():
 
 def test_batch_refuses_strangers_second_messages_copies_and_other_phases():
     batch = ShuffleBatch(7, "respond", frozenset({"a", "b", "c"}))
-    assert batch.offer("a", "respond", b"x" * 40) is None
-    assert "second sealed message" in batch.offer("a", "respond", b"y" * 40)
-    assert "replay" in batch.offer("b", "respond", b"x" * 40)
-    assert "not expected" in batch.offer("z", "respond", b"z" * 40)
-    assert "phase" in batch.offer("c", "mask", b"c" * 40)
+    assert batch.offer("a", "respond", b"x" * 40, claim=CLAIM) is None
+    assert "second sealed message" in batch.offer("a", "respond", b"y" * 40, claim=CLAIM)
+    assert "replay" in batch.offer("b", "respond", b"x" * 40, claim=CLAIM)
+    assert "not expected" in batch.offer("z", "respond", b"z" * 40, claim=CLAIM)
+    assert "phase" in batch.offer("c", "mask", b"c" * 40, claim=CLAIM)
     assert not batch.complete
-    assert batch.offer("b", "respond", b"b" * 40) is None and batch.offer("c", "respond", b"c" * 40) is None
+    assert batch.offer("b", "respond", b"b" * 40, claim=CLAIM) is None and batch.offer("c", "respond", b"c" * 40, claim=CLAIM) is None
     assert batch.complete
     assert batch.forward()["refused"] == {}
+
+
+def test_the_batch_is_withheld_below_the_largest_claim_or_when_keys_differ():
+    """Issue 35: the coordinator's `minimum` is not the only word: a batch smaller than the
+    largest number of messages a sender claims its answer was planned for is withheld, and so is
+    one whose messages were sealed to different keys; a malformed claim refuses the message."""
+    batch = ShuffleBatch(1, "respond", frozenset("abc"), minimum=1)
+    assert batch.offer("a", "respond", b"a" * 40, claim=sealing_claim(3, b"k" * 32)) is None
+    assert batch.offer("b", "respond", b"b" * 40, claim=CLAIM) is None
+    assert "fewer than the 3 a site's answer was planned" in batch.forward()["withheld"]
+    assert batch.forward()["ciphertexts"] == []
+    assert batch.offer("c", "respond", b"c" * 40, claim=CLAIM) is None
+    assert batch.forward()["withheld"] == "" and len(batch.forward()["ciphertexts"]) == 3
+    split = ShuffleBatch(2, "respond", frozenset("ab"))
+    split.offer("a", "respond", b"a" * 40, claim=sealing_claim(1, b"k" * 32))
+    split.offer("b", "respond", b"b" * 40, claim=sealing_claim(1, b"j" * 32))
+    assert "2 different keys" in split.forward()["withheld"] and split.forward()["ciphertexts"] == []
+    for bad in (None, {"messages": 0, "key": b"x" * 16}, {"messages": 2, "key": b"x"}, {"messages": True, "key": b"x" * 16}):
+        fresh = ShuffleBatch(3, "respond", frozenset("a"))
+        assert "malformed claim" in fresh.offer("a", "respond", b"a" * 40, claim=bad)
 
 
 def test_sealed_messages_open_only_with_their_session_key_and_all_have_one_length():

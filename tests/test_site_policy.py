@@ -296,3 +296,49 @@ def test_declared_bounds_equal_to_data_values_are_released():
     joined = half.answer("table-1", {**table_request(3, "bounds", [0.0, 5.0]), "limits": [0.0, 2.5, 5.0]})
     assert list(joined["limits"][[0, -1]]) == [0.0, 5.0]
     assert first_release([values], 3, PrivacyNoise(), "bounds", (0.0, 5.0)).limits[0] == 0.0
+
+
+# -- claims checked where the protocol lets them be -----------------------------------------------
+
+
+def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
+    """The coordinator claims (and the site books) a sum over 5 noisy inputs, then names only 3
+    survivors in the unmask request: a site whose neighbourhood covers the claim (full graph)
+    refuses; a claim beyond its neighbourhood (sparse graph) cannot be seen and is not refused here."""
+    from protocol.accounting import Spend
+    from protocol.methods.secure_sum import SecureSumSite
+
+    class Client:  # the SecAgg client after `share`: its peers are its neighbourhood
+        def __init__(self, peers):
+            self.peers = {f"site-{i}": {} for i in range(peers)}
+
+        def answer(self, phase, body):
+            return {"b": {}, "s": {}}
+
+    half = SecureSumSite("site-x", lambda public, params: None)
+    half.claimed, half.client = 5, Client(4)
+    with pytest.raises(RequestError, match="only 3 survivors named .* booked for 5 inputs"):
+        half.answer("unmask", {"survivors": ["a", "b", "c"], "dropped": []})
+    assert half.answer("unmask", {"survivors": list("abcde"), "dropped": []})[0] == "unmask"
+    sparse = SecureSumSite("site-y", lambda public, params: None)
+    sparse.claimed, sparse.client = 50, Client(4)
+    assert sparse.answer("unmask", {"survivors": list("abc"), "dropped": []})[0] == "unmask"
+    checked = SecureSumSite("site-z", lambda public, params: None, check=lambda public: Spend("dp", 1.0, 1e-6,
+                                                                                             contributors=7))
+    with pytest.raises(RequestError, match="secure-aggregation parameters"):
+        checked.answer("advertise", {"params": {}, "nonce": 1, "method": {}})
+    assert checked.claimed == 7  # booked from the method's own check, before any key is made
+
+
+def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tmp_path):
+    """SiteLocal.sealing_claim: the messages the site's spend was planned for and the digest of
+    the request's seal_to key, which the shuffler compares across the batch."""
+    from protocol.codecs.exp_mech_bins import ExpMechBins
+    from protocol.codecs.shuffle import Shuffle
+    from protocol.shuffle import sealing_claim
+
+    coordinator = Shuffle(ExpMechBins(BINS["count"]))
+    body = coordinator.wrap_request({"level": 0.5, "epsilon": 3.0, "bins": BINS,
+                                     "central": {"epsilon": 3.0, "delta": 1e-6, "messages": 12}})
+    claim = SiteLocal.sealing_claim("fedcp2_qq_shuffle", "respond", body)
+    assert claim == sealing_claim(12, coordinator.public_key)

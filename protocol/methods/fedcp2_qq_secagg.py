@@ -119,11 +119,12 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
         return SecureSumSite(site_id, one_hot, check_public)
 
 
-def check_public(public) -> None:
+def check_public(public):
     if not isinstance(public, dict) or set(public) != {"levels", "epsilon", "bins", "central"}:
         raise RequestError(f"expected levels, epsilon, bins and central; got "
                            f"{sorted(public) if isinstance(public, dict) else public!r}")
-    bin_spend(public)
+    spend = bin_spend(public)
     if not isinstance(public["levels"], dict):
         raise RequestError("levels must map site ids to levels")
     bins_from_request(public["bins"])
+    return spend

@@ -56,26 +56,37 @@ class SecureSumCoordinator(CoordinatorHalf):
 
 
 class SecureSumSite(SiteHalf):
-    """make_vector(public method parameters, secagg params) -> this site's input on Z_M."""
+    """make_vector(public method parameters, secagg params) -> this site's input on Z_M.
+
+    `check(public)` is the method's own check of the parameters; the Spend it returns names how
+    many noisy inputs the sum was planned (and booked) for. Where the site can see them it holds
+    the coordinator to that claim (issue 35): when the claim fits in its neighbourhood (itself
+    and its peers; the whole session under a full graph), it refuses to unmask a sum that the
+    coordinator says holds fewer survivors. A claim larger than its neighbourhood (a sparse
+    graph's global count) cannot be seen by any site and stays trusted (docs/privacy.md)."""
 
     def __init__(self, site_id: str, make_vector: Callable[[Mapping[str, Any], SecAggParams], np.ndarray],
-                 check: Callable[[Mapping[str, Any]], None] = lambda public: None) -> None:
+                 check: Callable[[Mapping[str, Any]], Any] = lambda public: None) -> None:
         self.site_id, self.make_vector, self.check = site_id, make_vector, check
         self.public: Mapping[str, Any] = {}
         self.client: SecAggClient | None = None
+        self.claimed = 0  # the noisy inputs the sum was planned for (0: no claim)
 
     def answer(self, phase, body):
         if phase == "advertise":
             if (not isinstance(body, dict) or set(body) != {"params", "nonce", "method"}
                     or not isinstance(body["method"], dict) or not isinstance(body["nonce"], int)):
                 raise RequestError("advertise needs {params, nonce, method}")
-            self.check(body["method"])
+            spend = self.check(body["method"])
+            self.claimed = int(getattr(spend, "contributors", 0) or 0)
             self.public = body["method"]
             self.client = SecAggClient(self.site_id, body["nonce"],
                                        lambda params: self.make_vector(self.public, params))
             body = {"params": body["params"]}
         elif self.client is None:
             raise RequestError(f"phase {phase!r} before advertise")
+        elif phase == "unmask":
+            self._hold_to_claim(body)
         try:
             value = self.client.answer(phase, body)
         except SecAggRefusal as exc:
@@ -83,3 +94,12 @@ class SecureSumSite(SiteHalf):
         if phase == "mask":
             return "masked", (self.client.params.modulus_bits, value)
         return {"advertise": "keys", "share": "shares", "unmask": "unmask"}[phase], value
+
+    def _hold_to_claim(self, body) -> None:
+        survivors = body.get("survivors") if isinstance(body, dict) else None
+        neighbourhood = len(getattr(self.client, "peers", None) or {}) + 1
+        if self.claimed and isinstance(survivors, list) and self.claimed <= neighbourhood \
+                and len(set(survivors)) < self.claimed:
+            raise RequestError(f"only {len(set(survivors))} survivors named where the sum's noise was planned "
+                               f"and booked for {self.claimed} inputs: refusing to unmask (the release would be "
+                               f"weaker than this site counted)")

@@ -1,0 +1,214 @@
+"""A coordinator that attacks its own sites, as a scenario scripts it (issue 35).
+
+Quorum's guarantees are stated against a curious coordinator; this module lets a scenario make
+the coordinator play against the sites, over real site processes, so that the site-side
+defences of a protocol can be tested (ours, or a plugin's). Each rule of the scenario's
+`attacks:` list names an attack, the method label whose sessions it targets and the trials:
+
+- `replay_noise`: the coordinator recomputes each site's Generator from the scenario seed, as
+  if the site's privacy noise were seeded, and predicts its exponential-mechanism bin from the
+  data the scenario made (an attacker holding a neighbouring data set does the same). With
+  noise from the OS CSPRNG it predicts only as often as chance (the sum of p_i^2);
+- `fabricated_table`: every K-anonymous join request carries a table of `bins` narrow bins
+  over the current range instead of the real one; the report counts how many cell limits the
+  sites released land on the bin holding the cell's last value (the paper's rule: all);
+- `inflate_claim`: a shuffled or securely summed session claims `factor` times the messages
+  or inputs it has, with the smaller central epsilon that count would back, so that sites
+  would book less than they spend;
+- `forbidden_method`: the session's sites are asked for another method, `ask` (by default
+  `centralized`: every raw score), instead of the scenario's;
+- `switch_method`: after the session's first phase, the sites are asked for `ask` within the
+  same session, as if the session had changed its method;
+- `batch_of_one`: a shuffled session asks one site and opens its batch for one message.
+
+Everything the sites did is reported (`AttackRecord`: asked, answered, refused and why, and
+the attack's own finding), in attacks.csv, summary.json and the terminal. The attacks rewrite
+only what the coordinator sends; the sites run unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stats.randomness import site_rng
+
+ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
+           "batch_of_one")
+
+#: the scenario's `attacks:` entries (scenarios.scenario validates them)
+ATTACK_FIELDS = {
+    "attack": {"type": "str", "choices": list(ATTACKS)},
+    "method": {"type": "str"},  # a method label of the scenario
+    "trials": {"type": "int_or", "choices": ["all"], "min": 0, "default": "all"},
+    "ask": {"type": "str", "default": "centralized"},  # forbidden_method, switch_method
+    "bins": {"type": "int", "min": 2, "max": 1 << 20, "default": 40_000},  # fabricated_table
+    "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim
+}
+
+
+def attack_problem(attack: dict, method) -> str | None:
+    """Why `attack` cannot target `method` (an instance), or None."""
+    kind = attack["attack"]
+    if kind == "replay_noise" and method.codec != "exp_mech_bins":
+        return "a method whose sites answer an exponential-mechanism bin to the coordinator (codec exp_mech_bins)"
+    if kind == "fabricated_table" and not method.phases[0].startswith("table-"):
+        return "a K-anonymous table method (mwu_table, kanon_quantiles)"
+    if kind == "inflate_claim" and method.codec not in ("shuffle", "secagg_ddg"):
+        return "a shuffled or securely summed method (its requests carry a central claim)"
+    if kind == "batch_of_one" and method.codec != "shuffle":
+        return "a shuffled method"
+    return None
+
+
+@dataclass
+class AttackRecord:
+    trial: int
+    method: str
+    attack: str
+    asked: int = 0
+    answered: int = 0
+    refused: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    finding: str = ""
+    pinned: int = 0  # fabricated_table: released cell limits on the bin of the cell's last value
+    cell_limits: int = 0
+
+    def row(self) -> dict:
+        return {"trial": self.trial, "method": self.method, "attack": self.attack, "asked": self.asked,
+                "answered": self.answered, "refused": self.refused,
+                "reasons": "; ".join(f"{n} x {reason}" for reason, n in self.reasons.most_common(3)),
+                "finding": self.finding}
+
+
+class Adversary:
+    """The scenario's attack rules, applied by the coordinator's driver to the sessions they
+    name; `truth` (site -> its values) is what the scenario made, for the attacks that test a
+    release against the data (set per trial by the harness)."""
+
+    def __init__(self, rules: list[dict], labels: list[str], seed: int) -> None:
+        self.rules, self.labels, self.seed = list(rules), list(labels), seed
+        self.truth: dict[str, np.ndarray] = {}
+        self.records: list[AttackRecord] = []
+
+    def rule_for(self, trial: int, label: str) -> dict | None:
+        for rule in self.rules:
+            if rule["method"] == label and rule["trials"] in ("all", trial):
+                return rule
+        return None
+
+    def start(self, trial: int, label: str, rule: dict) -> AttackRecord:
+        record = AttackRecord(trial, label, rule["attack"])
+        self.records.append(record)
+        return record
+
+    # -- rewriting what is sent ---------------------------------------------------------------
+
+    def rewrite(self, rule: dict, phase: str, requests: dict[str, dict], minimum: int,
+                phase_index: int) -> tuple[dict[str, dict], int]:
+        """The requests (and the shuffled batch's minimum) the attacking coordinator sends instead."""
+        kind = rule["attack"]
+        if kind == "fabricated_table" and phase_index > 0:
+            return {site: {**body, "limits": fabricated_limits(body["limits"], rule["bins"])}
+                    for site, body in requests.items()}, minimum
+        if kind == "inflate_claim":
+            return {site: inflated(body, rule["factor"]) for site, body in requests.items()}, minimum
+        if kind == "batch_of_one" and requests:
+            first = sorted(requests)[0]
+            return {first: requests[first]}, 1
+        return requests, minimum
+
+    # -- what came back -----------------------------------------------------------------------
+
+    def observe(self, record: AttackRecord, rule: dict, session: int, requests: dict[str, dict],
+                answers: dict, dropped: dict[str, str]) -> None:
+        record.asked += len(requests)
+        refused = {site: why for site, why in dropped.items() if why.startswith("refused") or "withheld" in why}
+        record.refused += len(refused)
+        record.answered += len(answers)
+        record.reasons.update(_short(why) for why in refused.values())
+        kind = rule["attack"]
+        if kind == "replay_noise":
+            self._replay(record, session, requests, answers)
+        elif kind in ("inflate_claim", "batch_of_one"):
+            record.finding = ("the claim was held: " + _short(next(iter(refused.values())))) if refused else (
+                f"{len(answers)} answers released on the coordinator's word (trusted: docs/privacy.md)")
+
+    def observe_table(self, record: AttackRecord, release, site: str) -> None:
+        """fabricated_table: how many of the released cell limits sit on the bin that holds the
+        cell's last value (what the paper's rule would give away every time)."""
+        values = np.asarray(self.truth.get(site, ()), dtype=float)
+        values = np.sort(values[:, 0] if values.ndim == 2 else values)  # two_sample rows: (value, group)
+        if values.size == 0 or release is None:
+            return
+        limits = np.asarray(release.limits, dtype=float)
+        for cells in release.cells:
+            for first, last, _ in cells[:-1]:
+                lo, hi = limits[last], limits[last + 1]
+                record.cell_limits += 1
+                record.pinned += bool(np.any((values > lo) & (values <= hi)))
+        record.finding = (f"{record.pinned} of {record.cell_limits} released cell limits sit on the bin of the "
+                          f"cell's last value (the paper's first-limit rule: all of them)")
+
+    def _replay(self, record: AttackRecord, session: int, requests: dict[str, dict], answers: dict) -> None:
+        from stats.dp import Bins, exponential_mechanism_log_probabilities
+
+        hits, chance = 0, 0.0
+        for site, released in answers.items():
+            body, values = requests.get(site), self.truth.get(site)
+            if body is None or values is None:
+                continue
+            bins = Bins(float(body["bins"]["lo"]), float(body["bins"]["hi"]), int(body["bins"]["count"]))
+            histogram = np.bincount(bins.index_of(values), minlength=bins.count)
+            p = np.exp(exponential_mechanism_log_probabilities(histogram, float(body["level"]), float(body["epsilon"])))
+            u = site_rng(self.seed, record.trial, session, site).random()
+            predicted = int(min(np.searchsorted(np.cumsum(p), u, side="right"), bins.count - 1))
+            hits += predicted == int(released)
+            chance += float(np.sum(p ** 2))
+        record.finding = (f"replayed {hits} of {len(answers)} releases from the scenario seed "
+                          f"(chance alone: {chance:.1f})")
+
+
+def fabricated_limits(limits: list[float], bins: int) -> list[float]:
+    """A table of `bins` equal bins over the finite span of `limits` (or [-10, 10]), keeping
+    every real limit so that the releases still fold into the coordinator's table."""
+    finite = [v for v in limits if math.isfinite(v)]
+    lo, hi = (min(finite), max(finite)) if len(finite) >= 2 else (-10.0, 10.0)
+    grid = np.linspace(lo, hi, bins + 1)
+    return sorted({float(v) for v in grid} | {float(v) for v in limits})
+
+
+def inflated(body: dict, factor: float) -> dict:
+    """A request whose central claim says `factor` times the messages (or inputs) it has, with
+    the smaller epsilon that many would back, so that a site taking the word would book less."""
+    from stats.amplification import shuffled_epsilon
+
+    if isinstance(body.get("central"), dict) and "messages" in body["central"]:
+        central = dict(body["central"])
+        central["messages"] = int(central["messages"] * factor)
+        central["epsilon"] = shuffled_epsilon(float(body["epsilon"]), central["messages"], central["delta"]) * (1 + 1e-9)
+        return {**body, "central": central}
+    method = body.get("method")
+    if isinstance(method, dict) and isinstance(method.get("central"), dict):
+        return {**body, "method": inflated_public(method, factor)}
+    return body
+
+
+def inflated_public(public: dict, factor: float) -> dict:
+    central = dict(public["central"])
+    if "messages" in central:
+        return inflated(public, factor)
+    from stats.ddg import histogram_epsilon
+
+    central["inputs"] = int(central["inputs"] * factor)
+    central["epsilon"] = histogram_epsilon(public["c"], central["inputs"], float(public["sigma2"]),
+                                           public["bins"]["count"], public["histogram"] == "hierarchical",
+                                           float(central["delta"]), central["accounting"]) * (1 + 1e-9)
+    return {**public, "central": central}
+
+
+def _short(reason: str) -> str:
+    return reason if len(reason) <= 200 else reason[:197] + "..."

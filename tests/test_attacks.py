@@ -1,0 +1,88 @@
+"""Issue 35: an adversarial coordinator you can script, over real site processes.
+
+Each attack of the shipped scenarios runs against live sites under the default policy, and the
+run reports what every site refused and why (attacks.csv, summary.json, privacy.csv, events):
+no raw value leaves, a switched session is refused, an inflated claim or a batch of one is
+withheld by the shuffler, a fabricated table pins few cell limits, and replayed noise predicts
+the releases only when the policy says `noise: seeded`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.study import run_study
+from scenarios.scenario import load_scenario, validate_scenario
+from specs.schema import ScenarioError
+
+ROOT = Path(__file__).resolve().parents[1]
+PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"
+KANON_TABLE = ROOT / "scenarios" / "attacks" / "kanon-table.yaml"
+
+
+def attacks_of(out: Path) -> dict[str, dict]:
+    rows = list(csv.DictReader(open(out / "attacks.csv")))
+    summary = json.loads((out / "summary.json").read_text())["attacks"]
+    assert [(r["attack"], r["finding"]) for r in rows] == [(r["attack"], r["finding"]) for r in summary]
+    return {row["attack"]: row for row in rows}
+
+
+def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_path):
+    summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]), tmp_path)
+    rows = attacks_of(tmp_path)
+    assert [a["attack"] for a in summary["attacks"]] == ["replay_noise", "forbidden_method", "switch_method",
+                                                           "inflate_claim", "batch_of_one"]
+    forbidden = rows["forbidden_method"]
+    assert forbidden["answered"] == "0" and forbidden["refused"] == "10" and "no formal privacy" in forbidden["reasons"]
+    assert "0 values released" in forbidden["finding"]
+    switched = rows["switch_method"]
+    assert switched["refused"] == "10" and "belongs to fedcp2_qq" in switched["reasons"]
+    for name, planned in (("inflate_claim", "1000"), ("batch_of_one", "10")):
+        assert rows[name]["answered"] == "0"
+        assert f"fewer than the {planned} a site's answer was planned (and booked) for" in rows[name]["finding"]
+    results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
+    assert results["raw_asked"]["status"] == "aborted" and results["inflated"]["status"] == "aborted"
+    assert results["replayed"]["status"] == "ok" and results["switched"]["status"] == "ok"
+    privacy = [r for r in csv.DictReader(open(tmp_path / "privacy.csv")) if r["method"] == "raw_asked"]
+    assert len(privacy) == 10 and all(r["refused"] == "1" and r["releases"] == "0" for r in privacy)
+    events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
+    assert sum(e["event"] == "attack" for e in events) == 5
+
+
+def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path):
+    """With the policy's explicit `noise: seeded` the coordinator's replay predicts all 10 releases
+    of each session, and every output says the releases are not private; from the OS CSPRNG the
+    finding is recorded (its rate is tested over 300 sessions in test_site_policy)."""
+    spec = load_scenario(PRIVATE_BINS, ["trials=2", "sites.policy.noise=seeded"])
+    spec["attacks"] = [a for a in spec["attacks"] if a["attack"] == "replay_noise"]
+    summary = run_study(validate_scenario(spec), tmp_path)
+    assert [a["finding"].split(" (")[0] for a in summary["attacks"]] == \
+        ["replayed 10 of 10 releases from the scenario seed"] * 2
+    assert summary["privacy"]["noise"] == "seeded"
+
+
+def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path):
+    run_study(load_scenario(KANON_TABLE, ["trials=1"]), tmp_path)
+    rows = attacks_of(tmp_path)
+    table = rows["fabricated_table"]
+    assert table["refused"] == "0" and table["answered"] == "8"
+    pinned, total = (int(v) for v in table["finding"].split()[0:3:2])
+    assert total >= 40 and pinned <= total // 3  # the paper's rule: pinned == total
+    assert rows["forbidden_method"]["answered"] == "0" and rows["forbidden_method"]["refused"] == "8"
+
+
+def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
+    raw = load_scenario(PRIVATE_BINS)
+    raw["attacks"] = [{"attack": "fabricated_table", "method": "replayed"},
+                      {"attack": "batch_of_one", "method": "nope"},
+                      {"attack": "replay_noise", "method": "replayed", "trials": 9}]
+    with pytest.raises(ScenarioError) as caught:
+        validate_scenario(raw)
+    fields = {p.field for p in caught.value.problems}
+    assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials"} <= fields
+    with pytest.raises(ValueError, match="processes backend"):
+        run_study(load_scenario(PRIVATE_BINS, ["trials=1"]), tmp_path, backend="inprocess")
