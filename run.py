@@ -274,7 +274,12 @@ def timeline(run_dir, trial, out):
               help="Exit after this many seconds without a message.")
 @click.option("--sites-per-process", type=click.IntRange(min=1), default=None,
               help="Split the sites over processes of this many (default: one process for all).")
-def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout, sites_per_process):
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, exists=True),
+              help="This site operator's own policy and budget (YAML; docs/privacy.md): what the sites "
+                   "serve, whatever the coordinator or the scenario asks. Default: the scenario's "
+                   "sites.policy, or the most protective policy without a scenario.")
+def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout, sites_per_process,
+         policy_file):
     """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
     serving all the sites named (--sites-per-process splits them over several)."""
     from runner.processes import SiteHosts
@@ -291,10 +296,19 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"],
                           [m["label"] for m in spec["methods"]]) if spec else []
+    policy = budget = None
+    if policy_file:
+        from scenarios.scenario import load_site_policy
+
+        try:
+            policy, budget = load_site_policy(policy_file)
+        except ScenarioError as exc:
+            _print_problems(exc)
+            sys.exit(2)
     processes = SiteHosts(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
                           fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
                           watch_parent=False, idle_timeout=idle_timeout,
-                          sites_per_process=sites_per_process or len(ids))
+                          sites_per_process=sites_per_process or len(ids), policy=policy, budget=budget)
     processes.start()
     click.echo(f"started {len(ids)} site(s) in {len(processes.processes)} process(es) -> {connect}; "
                f"logs in {workdir / 'logs'}")
@@ -309,18 +323,53 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
 @click.option("--dir", "directory", required=True, type=click.Path(file_okay=False))
 @click.option("--scenario", "scenario", type=click.Path(dir_okay=False), help="Create keys for its sites.")
 @click.option("--sites", type=click.IntRange(min=1), help="Or: for this many sites (site-000 ...).")
-def keys(directory, scenario, sites):
-    """Create CurveZMQ key pairs: coordinator.key(_secret) and SITE.key(_secret) for each site."""
-    from world.trial import site_ids
-    from transport.security import generate_keys
+@click.option("--coordinator", "coordinator_only", is_flag=True,
+              help="Only the coordinator's (and the shuffler's) key pairs: the coordinator's host.")
+@click.option("--site-ids", "site_range", help="Only these sites' key pairs (e.g. 0-9): a site host's own.")
+@click.option("--coordinator-key", type=click.Path(dir_okay=False, exists=True),
+              help="With --site-ids: the coordinator's public key file to copy in (coordinator.key).")
+def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_key):
+    """Create CurveZMQ key pairs. Split across hosts (no party holds another's secret key): the
+    coordinator's host runs --coordinator, each site host --site-ids for its own sites and sends
+    the public SITE.key files to the coordinator's key directory. --scenario or --sites makes every
+    pair in one directory (one machine, or tests: whoever holds it holds every secret)."""
+    import shutil
 
+    from protocol.wire import SHUFFLER_ID
+    from world.trial import site_ids
+    from transport.security import COORDINATOR_KEY, generate_keys
+
+    directory = Path(directory)
+    if coordinator_only:
+        generate_keys(directory, [SHUFFLER_ID])
+        click.echo(f"coordinator and shuffler key pairs in {directory}: give each site host {COORDINATOR_KEY}.key "
+                   f"and {SHUFFLER_ID}.key (public); put the SITE.key files the site hosts send you here")
+        return
+    if site_range:
+        ids = _parse_site_range(site_range, None)
+        directory.mkdir(parents=True, exist_ok=True)
+        for site in ids:
+            if (directory / f"{site}.key").exists() and not (directory / f"{site}.key_secret").exists():
+                raise click.ClickException(f"{directory / site}.key holds a public key only: not this host's site")
+        import zmq.auth
+
+        for site in ids:
+            if not (directory / f"{site}.key_secret").exists():
+                zmq.auth.create_certificates(str(directory), site)
+        if coordinator_key:
+            shutil.copyfile(coordinator_key, directory / f"{COORDINATOR_KEY}.key")
+        click.echo(f"key pairs for {len(ids)} site(s) in {directory}: send the coordinator "
+                   f"{', '.join(f'{s}.key' for s in ids[:3])}{' ...' if len(ids) > 3 else ''} (public halves); "
+                   f"the .key_secret files stay on this host")
+        return
     count = _load_or_exit(scenario, [])["sites"]["count"] if scenario else sites
     if not count:
-        raise click.UsageError("give --scenario or --sites")
+        raise click.UsageError("give --scenario or --sites (every pair here), --coordinator or --site-ids")
     generate_keys(directory, site_ids(count))
     click.echo(f"keys for the coordinator and {count} sites in {directory}: give each site host "
                f"coordinator.key and its own SITE.key and SITE.key_secret; keep coordinator.key_secret "
-               f"on the coordinator's host")
+               f"on the coordinator's host (one directory holds every secret: split it with --coordinator "
+               f"and --site-ids when the hosts belong to different parties)")
 
 
 def _parse_site_range(text, spec) -> list[str]:

@@ -25,7 +25,7 @@ from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, CoordinatorChannel
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
-from transport.security import load_server_keys
+from transport.security import load_server_keys, write_public_key
 
 
 class ProcessFederation:
@@ -53,7 +53,9 @@ class ProcessFederation:
 
             self._ray_connected = ray_hosts.connect(self.launcher["address"])
             bind, shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, shuffler_bind))
-        keys = load_server_keys(key_dir, [*site_ids, SHUFFLER_ID]) if key_dir else None
+        # Ray hosts make their sites' key pairs when they start (allowed then, in start())
+        keys = load_server_keys(key_dir, [SHUFFLER_ID] if on_ray else [*site_ids, SHUFFLER_ID]) if key_dir else None
+        self._key_dir = key_dir
         self.channel = CoordinatorChannel(bind, keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
@@ -72,21 +74,38 @@ class ProcessFederation:
         self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
                           security="curve" if self.channel.curve else "plain")
         endpoint = None
-        if self.shuffler is not None:
-            endpoint = self.shuffler.start()
-            self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
-        if self._site_dirs is not None and self.launcher["kind"] == "ray":
+        on_ray = self._site_dirs is not None and self.launcher["kind"] == "ray"
+        if self.shuffler is not None and not on_ray:
+            endpoint = self._start_shuffler()
+        if on_ray:
             from runner.ray_hosts import RayHosts
 
+            def before_serve(publics: dict[str, bytes]) -> str | None:
+                """The hosts made their sites' key pairs: admit the public halves, then start the
+                shuffler (which reads them from the key directory)."""
+                for site, public in publics.items():
+                    write_public_key(self._key_dir, site, public)
+                    self.channel.allow(public, site)
+                if publics:
+                    self.events.write("keys", made_by="ray hosts", sites=len(publics),
+                                      note="each host made its sites' key pairs; the coordinator holds public keys only")
+                return self._start_shuffler() if self.shuffler is not None else None
+
             self.processes = RayHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, launcher=self.launcher,
-                                      events=self.events, on_lost=self.channel.report_lost, shuffler=endpoint,
-                                      scenario=self._scenario, start_timeout=self._hello_timeout, **self._site_args)
-            self.processes.start()
+                                      events=self.events, on_lost=self.channel.report_lost,
+                                      shuffler=self.shuffler is not None, scenario=self._scenario,
+                                      start_timeout=self._hello_timeout, **self._site_args)
+            self.processes.start(before_serve)
             self.placed = {"processes": len(self.processes.sites),
                            "sites_per_process": max(map(len, self.processes.sites.values())), "why": self.processes.why}
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids(),
                               nodes=self.processes.nodes())
         elif self._site_dirs is not None:
+            if self._key_dir is not None:
+                self.events.write("keys", made_by="this harness (a local run)", directory=str(self._key_dir),
+                                  note="every site's key pair was made here, for convenience: the sites are "
+                                       "processes of this machine; site hosts of other parties make their own "
+                                       "(run.py keys --site-ids) and on Ray each host makes its sites'")
             self.processes = SiteHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, shuffler=endpoint,
                                        sites_per_process=self.placement.sites_per_process, **self._site_args)
             self.processes.start()
@@ -95,6 +114,11 @@ class ProcessFederation:
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids())
         self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffler is not None)
         return self.present
+
+    def _start_shuffler(self) -> str:
+        endpoint = self.shuffler.start()
+        self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
+        return endpoint
 
     def open_trial(self, trial: int, seed: int):
         return self.coordinator.open_trial(trial, seed, self.present)

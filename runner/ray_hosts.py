@@ -5,10 +5,11 @@ The harness stays the coordinator, here; only the site hosts move. Each host is 
 `resources`, so hosts asking for GPUs land on nodes that have them). It runs the same host as a
 local process does (runner.processes.run_host): one DEALER per site to the coordinator's
 address over ZeroMQ, CurveZMQ on. What crosses Ray is the start-up only: the scenario (each
-host rebuilds its sites' data from it, as `run.py site --scenario` does), its sites' ids and
-their secret keys, passed in memory as method arguments in chunks small enough to stay inline
-in Ray's task messages (Ray stores larger arguments in its object store, which may spill to
-disk); the keys are never written on a node. Protocol messages go over ZeroMQ, never Ray.
+host rebuilds its sites' data from it, as `run.py site --scenario` does), its sites' ids, the
+coordinator's and shuffler's public keys, and back the public halves of the key pairs each host
+makes for its own sites (issue 35: a secret key never leaves the host that made it, and the
+coordinator holds public keys only), in chunks small enough to stay inline in Ray's task
+messages. Protocol messages go over ZeroMQ, never Ray.
 
 A watcher thread waits on every host's `serve` call: one that fails (its worker process died,
 or its node) is a lost host: `host_lost` in events.jsonl names the node, its address and Ray's
@@ -112,14 +113,19 @@ def _actor_class():
             return {"node": context.get_node_id(), "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
                     "gpus": [str(g) for g in ray.get_gpu_ids()]}
 
-        def add_keys(self, chunk: dict) -> int:
-            from transport.security import ClientKeys
+        def make_keys(self, sites: list[str], coordinator_public: bytes, shuffler_public: bytes | None) -> dict:
+            """A key pair for each of `sites`, made here and kept in this process's memory; the
+            public halves go back to the harness (site -> Z85 public key)."""
+            from transport.security import ClientKeys, new_key_pair
 
-            for site, (coordinator, shuffler) in chunk.items():
-                self.keys[site] = ClientKeys(*coordinator)
-                if shuffler is not None:
-                    self.shuffler_keys[site] = ClientKeys(*shuffler)
-            return len(self.keys)
+            publics = {}
+            for site in sites:
+                public, secret = new_key_pair()
+                self.keys[site] = ClientKeys(coordinator_public, public, secret)
+                if shuffler_public is not None:
+                    self.shuffler_keys[site] = ClientKeys(shuffler_public, public, secret)
+                publics[site] = public
+            return publics
 
         def serve(self, name: str, site_ids: list[str], endpoint: str, log_dir: str, workdir: str, options: dict) -> int:
             import setproctitle
@@ -174,7 +180,9 @@ class RayHosts:
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="ray-hosts", daemon=True)
 
-    def start(self) -> None:
+    def start(self, before_serve=None) -> None:
+        """Place the host actors, have each make its sites' key pairs (their public halves go to
+        `before_serve(publics)`, which returns the shuffler's endpoint, or None), then serve."""
         ray = self.ray
         actor = _actor_class()
         resources = self.launcher["resources"]
@@ -200,28 +208,23 @@ class RayHosts:
                 f"or raise runtime.deadlines.hello")
         for ref in ready:
             self.where[calls[ref]] = ray.get(ref, timeout=self.start_timeout)
-        sends = []
-        for name, group in self.sites.items():
-            for start in range(0, len(group), KEYS_PER_CALL):
-                sends.append(self.actors[name].add_keys.remote(self._keys(group[start:start + KEYS_PER_CALL])))
-        ray.get(sends, timeout=self.start_timeout)
+        publics: dict[str, bytes] = {}
+        if self.key_dir is not None:
+            from transport.security import COORDINATOR_KEY, load_public_key
+
+            servers = (load_public_key(self.key_dir, COORDINATOR_KEY),
+                       load_public_key(self.key_dir, SHUFFLER_ID) if self.shuffler else None)
+            calls = [self.actors[name].make_keys.remote(group[start:start + KEYS_PER_CALL], *servers)
+                     for name, group in self.sites.items() for start in range(0, len(group), KEYS_PER_CALL)]
+            for made in ray.get(calls, timeout=self.start_timeout):
+                publics.update(made)
+        if before_serve is not None:
+            self.options["shuffler"] = before_serve(publics)
         for name, group in self.sites.items():
             ref = self.actors[name].serve.remote(name, group, self.endpoint, str(self.log_dir), str(self.workdir),
                                                  self.options)
             self._serving[ref] = name
         self._watcher.start()
-
-    def _keys(self, sites: list[str]) -> dict:
-        if self.key_dir is None:
-            return {}
-        from transport.security import load_client_keys
-
-        def triple(keys):
-            return keys.server_public, keys.public, keys.secret
-
-        return {site: (triple(load_client_keys(self.key_dir, site)),
-                       triple(load_client_keys(self.key_dir, site, server=SHUFFLER_ID)) if self.shuffler else None)
-                for site in sites}
 
     def _watch(self) -> None:
         ray = self.ray

@@ -89,8 +89,12 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         runtime = scenario["runtime"]
         key_dir = None
         if runtime["security"] == "curve":
+            # Only a local run's harness makes the sites' key pairs (its sites are processes of this
+            # machine); site hosts started by hand and Ray hosts make their own and send the public
+            # halves (transport.security), so the coordinator holds no site's secret key
+            local_keys = not external_sites and runtime["launcher"]["kind"] == "local"
             key_dir = generate_keys(Path(runtime["keys"]) if runtime["keys"] else rundir.path / "keys",
-                                    [*ids, SHUFFLER_ID])
+                                    [*ids, SHUFFLER_ID] if local_keys else [SHUFFLER_ID])
         shuffled = any(CODECS[method.codec].route == "shuffler" for _, method in methods)
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"], [label for label, _ in methods]),

@@ -116,11 +116,21 @@ def test_a_sweep_over_models_and_a_pooled_plot(tmp_path):
 
 
 def test_a_coordinator_bound_to_any_port_prints_the_port_and_sites_reach_it(tmp_path):
+    """Keys split as between parties (issue 35): the coordinator's host makes its own pair, the
+    site host makes its sites' pairs and sends only the public halves; the site operator's own
+    policy file decides what its sites serve."""
     tiny = str(ROOT / "tests" / "scenarios" / "tiny.yaml")
-    cli("keys", "--dir", str(tmp_path / "keys"), "--scenario", tiny)
+    ckeys, skeys = tmp_path / "coordinator-keys", tmp_path / "site-keys"
+    cli("keys", "--dir", str(ckeys), "--coordinator")
+    cli("keys", "--dir", str(skeys), "--site-ids", "0-3", "--coordinator-key", str(ckeys / "coordinator.key"))
+    for public in skeys.glob("site-*.key"):
+        (ckeys / public.name).write_bytes(public.read_bytes())
+    assert not list(ckeys.glob("site-*.key_secret")) and len(list(skeys.glob("site-*.key_secret"))) == 4
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("non_private: allow\nmethods: [fedcp_qq, fedcp_avg, centralized, fedcp2_qq, private_cp]\n")
     coordinator = subprocess.Popen(
         [sys.executable, str(ROOT / "run.py"), "coordinator", "--scenario", tiny, "--bind", "tcp://127.0.0.1:*",
-         "--keys", str(tmp_path / "keys"), "--out", str(tmp_path / "run"), "--trials", "1", "--hello-timeout", "60"],
+         "--keys", str(ckeys), "--out", str(tmp_path / "run"), "--trials", "1", "--hello-timeout", "60"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         seen = []
@@ -131,10 +141,14 @@ def test_a_coordinator_bound_to_any_port_prints_the_port_and_sites_reach_it(tmp_
         endpoint = line.split()[2]
         assert not endpoint.endswith(":*") and int(endpoint.rsplit(":", 1)[1]) > 0
         sites = cli("site", "--connect", endpoint, "--site-ids", "0-3", "--scenario", tiny, "--keys",
-                    str(tmp_path / "keys"), "--workdir", str(tmp_path / "sitehost"), "--idle-timeout", "60")
+                    str(skeys), "--workdir", str(tmp_path / "sitehost"), "--idle-timeout", "60",
+                    "--policy", str(policy))
         output, _ = coordinator.communicate(timeout=240)
     finally:
         coordinator.kill()
     assert coordinator.returncode == 0, output + sites.stdout
-    rows = list(csv.DictReader(open(tmp_path / "run" / "results.csv")))
-    assert len(rows) == 6 and all(r["sites"] == "4" for r in rows)
+    rows = {r["method"]: r for r in csv.DictReader(open(tmp_path / "run" / "results.csv"))}
+    assert len(rows) == 6 and all(r["sites"] == "4" for r in rows.values())
+    # private_cp_local is not in the operator's list: every site refused it, whatever the scenario said
+    assert rows["private_cp_local"]["status"] == "aborted" and "answers only" in rows["private_cp_local"]["reason"]
+    assert rows["centralized"]["status"] == "ok"

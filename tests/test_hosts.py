@@ -88,8 +88,9 @@ def test_a_scripted_host_kill_drops_all_its_sites_at_once(tmp_path):
     assert time.monotonic() - began < SLOW_DEADLINE / 2
     events = events_of(out)
     first = [e for e in events if e["event"] == "dropout" and e.get("session") == 1]
-    # host-001 answers its sites' requests in the order they come; those before site-005's may have left
-    assert {"site-005", "site-006", "site-007"} <= {e["site"] for e in first} <= {f"site-00{j}" for j in range(4, 8)}
+    # host-001 answers its sites' requests in the order its loop finds them ready (under load not
+    # always 004 to 007); those handled before site-005's may have left
+    assert {"site-005"} <= {e["site"] for e in first} <= {f"site-00{j}" for j in range(4, 8)}
     assert all(e["reason"].startswith("connection lost") for e in first)
     rows = RunDirectory(out).read_results()
     assert len(rows) == 6 and all(r["status"] in ("ok", "infinite") for r in rows)

@@ -137,6 +137,11 @@ class CoordinatorChannel(_Channel):
         os.set_blocking(self._wake_read, False)
         self.poller.register(self._wake_read, zmq.POLLIN)
 
+    def allow(self, public: bytes, site: str) -> None:
+        """Admit `site` by the public key (Z85) its host made and sent (CURVE only)."""
+        if self.authenticator is not None:
+            self.authenticator.allow(public, site)
+
     def send(self, site: str, mtype: str, session: int, payload: dict) -> int | None:
         """The message's size on the wire, or None when the site is not connected."""
         return self.send_raw(site, [self._pack(mtype, session, payload)])

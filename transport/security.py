@@ -12,6 +12,13 @@ and the coordinator's public key. The coordinator's ZAP handler admits a connect
 long-term key is on the allow-list and names it by the site id that key belongs to (ZAP
 User-Id); the driver then refuses any message whose routing id differs from that name, so a
 site cannot speak for another. A process with an unknown key never completes the handshake.
+
+Who makes the key pairs (issue 35): a site's secret key never needs to leave its host. In a
+multi-host run each site host makes its own (`run.py keys --site-ids`) and sends only the public
+halves (SITE.key) to the coordinator's key directory; on Ray each host actor makes its sites'
+pairs in memory and returns the public halves (`write_public_key`, `allow`). Only a local run,
+whose sites are processes of this machine anyway, has the harness make every pair in the run's
+directory, for convenience, and its events say so.
 """
 
 from __future__ import annotations
@@ -42,13 +49,30 @@ class ClientKeys:
 
 
 def generate_keys(directory: str | Path, site_ids) -> Path:
-    """Create a key pair for the coordinator and for each site (existing files are kept)."""
+    """Create a key pair for the coordinator and for each of `site_ids` (the shuffler's too, when
+    named); a name whose public key is already there is kept (a coordinator's directory may hold
+    only the public keys the site hosts sent it)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for name in [COORDINATOR_KEY, *site_ids]:
-        if not (directory / f"{name}.key_secret").exists():
+        if not (directory / f"{name}.key").exists():
             zmq.auth.create_certificates(str(directory), name)
     return directory
+
+
+def new_key_pair() -> tuple[bytes, bytes]:
+    """A fresh CurveZMQ key pair (public, secret), Z85, from libzmq's CSPRNG: made where it is used."""
+    return zmq.curve_keypair()
+
+
+def write_public_key(directory: str | Path, name: str, public: bytes) -> Path:
+    """`name`.key holding only a public key (Z85), in the certificate format load_certificate reads:
+    what a site host sends the coordinator; its secret half never leaves the host."""
+    z85.decode(public)  # a key that does not decode is refused here, not at the handshake
+    path = Path(directory) / f"{name}.key"
+    path.write_text(f"#   ZeroMQ CURVE Public Certificate of {name}: made by its host, whose secret stays there\n\n"
+                    f"metadata\ncurve\n    public-key = \"{public.decode('ascii')}\"\n")
+    return path
 
 
 def load_server_keys(directory: str | Path, site_ids, server: str = COORDINATOR_KEY) -> ServerKeys:
@@ -62,6 +86,11 @@ def load_server_keys(directory: str | Path, site_ids, server: str = COORDINATOR_
     return ServerKeys(public, secret, sites)
 
 
+def load_public_key(directory: str | Path, name: str) -> bytes:
+    """`name`'s public key (Z85) from the key directory."""
+    return _load(Path(directory), name, secret=False)[0]
+
+
 def load_client_keys(directory: str | Path, site_id: str, server: str = COORDINATOR_KEY) -> ClientKeys:
     """`site_id`'s key pair (a site, or the shuffler) and the public key of the `server` it dials."""
     directory = Path(directory)
@@ -73,7 +102,9 @@ def load_client_keys(directory: str | Path, site_id: str, server: str = COORDINA
 def _load(directory: Path, name: str, secret: bool) -> tuple[bytes, bytes | None]:
     path = directory / (f"{name}.key_secret" if secret else f"{name}.key")
     if not path.exists():
-        raise FileNotFoundError(f"no {'secret' if secret else 'public'} key for {name!r} in {directory}")
+        hint = ("" if secret or name in (COORDINATOR_KEY, "shuffler") else
+                f": a site host makes its own pair (run.py keys --dir DIR --site-ids ...) and sends {name}.key")
+        raise FileNotFoundError(f"no {'secret' if secret else 'public'} key for {name!r} in {directory}{hint}")
     return zmq.auth.load_certificate(str(path))
 
 
@@ -86,6 +117,10 @@ class SiteAuthenticator(ThreadAuthenticator):
 
     def callback(self, domain: str, key: bytes) -> bool:  # credentials provider (Z85 key)
         return key in self.sites
+
+    def allow(self, public: bytes, site: str) -> None:
+        """Admit `site`'s public key (Z85) from now on (one its host made and sent)."""
+        self.sites[public] = site
 
     def curve_user_id(self, client_public_key: bytes) -> str:
         return self.sites[z85.encode(client_public_key)]
