@@ -9,7 +9,9 @@ fractional) frequency per bin. It is built site by site, the largest first:
   is published as c_j = w a_j + (1 - w) v_{j+1} (v_{j+1} the next data value, w ~ U(0, 1));
 - each further site (`join_release`, section 3.2, algorithms 4-6) splits existing bins where its
   own data allow (the same binning inside the bin), then merges, per group, runs of consecutive
-  bins left to right until each released count is 0 or at least K;
+  bins into cells of at least K values each, closed at random limits in the gaps between its
+  values (`join_cells`: the paper closes at the first limit past K and releases empty bins as
+  cells, which a fabricated table of narrow bins turns into a locator, issue 35);
 - extreme limits are infinite, declared public bounds, or privacy buffers (a_0 - d_1, a_B + d_B
   with d the mean gap between consecutive points of the extreme bin, scaled by a random factor
   here: `buffer_width`), revised by a later site when at least K of its points go beyond them;
