@@ -22,6 +22,7 @@ import numpy as np
 from coordinator.events import EventLog
 from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
+from protocol.noise import coordinator_rng
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.sessions import join_session, method_session
 from protocol.shuffle import anonymous_label
@@ -45,9 +46,11 @@ class Deadlines:
 
 class Coordinator:
     def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
-                 ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None) -> None:
+                 ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None,
+                 seeded_noise: bool = False) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
         self.adversary = adversary  # coordinator.adversary.Adversary: scripted attacks on the sites
+        self.seeded_noise = seeded_noise  # the sites' policy says `noise: seeded` (protocol.noise)
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults
         self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
@@ -146,7 +149,8 @@ class Coordinator:
         if rule is not None and rule["attack"] == "forbidden_method":
             step = self._ask_other(trial, session, label or method.name, rule, record, sizes)
         else:
-            half = method.coordinator(sizes, site_rng(self.seed, trial, session, COORDINATOR_ID))
+            half = method.coordinator(sizes, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
+                                                             self.seeded_noise))
             step = half.start()
         rounds = 0
         while isinstance(step, Send):

@@ -37,6 +37,24 @@ class PrivacyNoise:
         return low + (high - low) * self.random(size)
 
 
+class SeededNoise(np.random.Generator):
+    """A seeded Generator marked as the explicit seeded mode (a site policy's `noise: seeded`):
+    the one case where a release's noise may come from the scenario's seed, so that experiments
+    reproduce; the run's outputs then say that its releases are not private."""
+
+
+def release_noise(rng):
+    """The noise source of a release made by the party holding the data (a trusted curator's
+    central mechanism, private_cp): the OS CSPRNG, or `rng` itself when it is SeededNoise."""
+    return rng if isinstance(rng, SeededNoise) else PrivacyNoise()
+
+
+def coordinator_rng(generator: np.random.Generator, seeded: bool) -> np.random.Generator:
+    """The coordinator half's Generator (its own choices: graphs, sampled sites), marked as
+    SeededNoise in the explicit seeded mode so that a curator's release replays too."""
+    return SeededNoise(generator.bit_generator) if seeded else generator
+
+
 #: the largest |draw| the sampler's 64-bit integers leave room for (2^62: a draw plus c times a
 #: count still fits in an int64 before the reduction mod M)
 DRAW_LIMIT = 2 ** 62

@@ -26,6 +26,8 @@ from transport.channel import COORDINATOR_ID, CoordinatorChannel
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
 from transport.security import load_server_keys, write_public_key
+from protocol.noise import coordinator_rng
+from protocol.policy import SitePolicy
 
 
 class ProcessFederation:
@@ -59,7 +61,8 @@ class ProcessFederation:
         self.channel = CoordinatorChannel(bind, keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
-                                       adversary=adversary)
+                                       adversary=adversary,
+                                       seeded_noise=SitePolicy.from_spec(policy).seeded if policy else False)
         self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
         self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget, policy=policy,
@@ -152,6 +155,7 @@ class InProcessFederation:
                  policy: dict | None = None) -> None:
         trials = TrialCache(workdir, site_ids)  # the model loaded once per trial for all sites
         self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials, policy=policy) for site in site_ids}
+        self.seeded_noise = SitePolicy.from_spec(policy).seeded if policy else False
         self.events = events
         self.ledger = Ledger()
         self.seed = 0
@@ -176,7 +180,8 @@ class InProcessFederation:
 
         self.events.write("session_start", trial=trial, session=session, method=method.name, label=label,
                           sites=len(sizes))
-        outcome = drive(method, sizes, ask, site_rng(self.seed, trial, session, COORDINATOR_ID))
+        outcome = drive(method, sizes, ask, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
+                                                            self.seeded_noise))
         self.events.write("session_end", trial=trial, session=session, method=method.name, label=label,
                           status=outcome.status, threshold=outcome.threshold, reason=outcome.reason,
                           rounds=len(phases))

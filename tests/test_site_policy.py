@@ -123,7 +123,7 @@ def test_the_same_scenario_twice_gives_different_private_and_identical_non_priva
     allow = {"non_private": "allow"}
     first, _, _ = thresholds(tmp_path / "a", allow)
     second, _, _ = thresholds(tmp_path / "b", allow)
-    private = [key for key in first if key[1] in ("fedcp2_qq", "private_cp_local")]
+    private = [key for key in first if key[1] in ("fedcp2_qq", "private_cp_local", "private_cp")]
     public = [key for key in first if key[1] in ("fedcp_qq", "centralized", "fedcp_avg")]
     assert all(first[key] == second[key] for key in public)
     assert any(first[key] != second[key] for key in private)  # P(all equal by chance) < 1e-6 here
@@ -143,6 +143,26 @@ def test_the_same_scenario_twice_gives_different_private_and_identical_non_priva
     assert summary["privacy"]["noise"] == "seeded"
     _, os_rows, os_summary = thresholds(tmp_path / "e", allow)
     assert all(r["noise"] == "os" for r in os_rows) and "warning" not in os_summary["privacy"]
+
+
+def test_a_trusted_curators_release_does_not_replay_from_the_seed():
+    """private_cp's curator (the coordinator) releases an exponential-mechanism bin of the pooled
+    scores: 40 sessions with the same seeded coordinator Generator give several thresholds (the
+    noise is the OS CSPRNG's; P(all equal) < 1e-9 here), and the explicit seeded mode repeats one."""
+    from protocol.inprocess import run_session
+    from protocol.methods import METHODS
+    from protocol.noise import SeededNoise, coordinator_rng
+
+    rng = np.random.default_rng(4)
+    scores = {f"site-{j}": rng.exponential(1.0, 30) for j in range(4)}
+    method = METHODS["private_cp"](0.1, epsilon=0.5, bins={"lo": 0.0, "hi": 6.0, "count": 40})
+
+    def threshold(seeded):
+        return run_session(method, scores, lambda name: coordinator_rng(np.random.default_rng(9), seeded)).threshold
+
+    assert len({threshold(False) for _ in range(40)}) > 1
+    assert len({threshold(True) for _ in range(40)}) == 1
+    assert isinstance(coordinator_rng(np.random.default_rng(9), True), SeededNoise)
 
 
 # -- a policy that belongs to the site -------------------------------------------------------------

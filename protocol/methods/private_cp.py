@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.accounting import Spend
+from protocol.noise import release_noise
 from protocol.codecs import CODECS
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.methods.base import OneShotMethod, Outcome, Planned
@@ -77,7 +78,8 @@ class PrivateCP(_PrivateCPBase):
     def combine(self, sizes, planned, answers, dropped, rng):
         pooled = np.concatenate([np.asarray(v, dtype=float) for v in answers.values()])
         bins, gamma, level = self._grid(pooled.size)
-        index = private_quantile_bin(pooled, bins, level, self.epsilon, rng)
+        # the curator's central mechanism: noise from the OS CSPRNG, never from the scenario's seed
+        index = private_quantile_bin(pooled, bins, level, self.epsilon, release_noise(rng))
         return Outcome.ok(bins.right_edge(index), guarantee=1.0 - self.alpha, level=level, gamma=gamma,
                           bins=bins.count, pooled=int(pooled.size), top_bin=index == bins.count - 1,
                           m=len(sizes), answered=len(answers), dropped=sorted(dropped))
