@@ -13,6 +13,8 @@ policy and refuses, with the reason, a request that asks for more than the polic
   "allow";
 - `min_contributors`: the fewest inputs it accepts behind a claim whose privacy rests on other
   sites' inputs (a shuffle's messages, a secure sum's noisy inputs);
+- `unseen_claims`: "trust" (the default) or "refuse" a claim the site cannot check from what it
+  sees (a sparse secure sum's global count of inputs, beyond its neighbourhood);
 - `noise`: "os" (the default: every draw that protects a release comes from the operating
   system's CSPRNG, protocol.noise.PrivacyNoise) or "seeded" (the draws replay from the scenario
   seed: for reproducing figures and regression tests only; every output of such a run says that
@@ -40,6 +42,7 @@ POLICY_FIELDS = {
     "non_private": {"type": "str", "choices": ["refuse", "allow"], "default": "refuse"},
     "min_contributors": {"type": "int", "min": 1, "default": 3},
     "noise": {"type": "str", "choices": list(NOISE_SOURCES), "default": "os"},
+    "unseen_claims": {"type": "str", "choices": ["trust", "refuse"], "default": "trust"},
 }
 
 
@@ -51,6 +54,7 @@ class SitePolicy:
     non_private: str = "refuse"
     min_contributors: int = 3
     noise: str = "os"
+    unseen_claims: str = "trust"
 
     @staticmethod
     def from_spec(spec: dict | None) -> "SitePolicy":
@@ -89,4 +93,5 @@ class SitePolicy:
     def to_summary(self) -> dict:
         return {"methods": list(self.methods), "min_k": self.min_k,
                 "max_epsilon": None if math.isinf(self.max_epsilon) else self.max_epsilon,
-                "non_private": self.non_private, "min_contributors": self.min_contributors, "noise": self.noise}
+                "non_private": self.non_private, "min_contributors": self.min_contributors, "noise": self.noise,
+                "unseen_claims": self.unseen_claims}

@@ -107,6 +107,9 @@ class SiteLocal:
                    else site_rng(self.seed, self.trial, session, self.site_id))
             bound = self._halves[session] = (method_name, method.site_for(self.scores, rng, self.site_id, session))
         half = bound[1]
+        unseen = half.unseen_claim(phase, body)
+        if unseen is not None and self.policy.unseen_claims == "refuse":
+            self._refuse(session, method_name, f"site policy: {unseen} (unseen_claims: refuse)")
         value = half.answer(phase, body)
         if spend is not None:
             self._record(session, method_name, spend, body=to_plain(value) if spend.kind == "kanon" else None)

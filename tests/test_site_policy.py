@@ -362,3 +362,29 @@ def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tm
                                      "central": {"epsilon": 3.0, "delta": 1e-6, "messages": 12}})
     claim = SiteLocal.sealing_claim("fedcp2_qq_shuffle", "respond", body)
     assert claim == sealing_claim(12, coordinator.public_key)
+
+
+def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says(tmp_path):
+    """A secure sum claimed for 50 inputs where the site sees 5 (itself and 4 neighbours): the
+    global count is the coordinator's word. `unseen_claims: trust` (default) answers;
+    `refuse` refuses before unmasking, naming the claim."""
+    from protocol.methods.secure_sum import SecureSumSite
+
+    class Client:
+        peers = {f"site-{i}": {} for i in range(4)}
+
+        def answer(self, phase, body):
+            return {"b": {}, "s": {}}
+
+    for policy, refused in (("trust", False), ("refuse", True)):
+        local = site(tmp_path / policy, policy={"unseen_claims": policy})
+        half = SecureSumSite("site-000", lambda public, params: None)
+        half.claimed, half.client = 50, Client()
+        local._owners[7], local._halves[7] = "ddg_quantile", ("ddg_quantile", half)
+        body = {"survivors": [f"s{i}" for i in range(5)], "dropped": []}
+        if refused:
+            with pytest.raises(RequestError, match="claimed for 50 inputs, more than the 5 sites"):
+                local.answer(7, "ddg_quantile", "unmask", body)
+            assert "unseen_claims: refuse" in local.account.records[-1]["reason"]
+        else:
+            assert local.answer(7, "ddg_quantile", "unmask", body) is not None

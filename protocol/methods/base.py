@@ -102,6 +102,12 @@ class SiteHalf(ABC):
     @abstractmethod
     def answer(self, phase: str, body: Mapping[str, Any]) -> Any: ...
 
+    def unseen_claim(self, phase: str, body: Mapping[str, Any]) -> str | None:
+        """A claim this half booked that it cannot check from what it has seen, as of answering
+        `phase` (e.g. a secure sum's global count of inputs under a sparse graph), or None. The
+        site's policy (`unseen_claims`) decides whether to answer anyway."""
+        return None
+
 
 class Method(ABC):
     """A statistical method. Subclasses set `name`, `codec`, `phases`, and optional `PARAMS`.

@@ -95,6 +95,13 @@ class SecureSumSite(SiteHalf):
             return "masked", (self.client.params.modulus_bits, value)
         return {"advertise": "keys", "share": "shares", "unmask": "unmask"}[phase], value
 
+    def unseen_claim(self, phase, body):
+        neighbourhood = len(getattr(self.client, "peers", None) or {}) + 1
+        if phase == "unmask" and self.claimed > neighbourhood:
+            return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {neighbourhood} sites this "
+                    f"site can see (itself and its neighbours): the global count is the coordinator's word")
+        return None
+
     def _hold_to_claim(self, body) -> None:
         survivors = body.get("survivors") if isinstance(body, dict) else None
         neighbourhood = len(getattr(self.client, "peers", None) or {}) + 1
