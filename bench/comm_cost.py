@@ -38,7 +38,7 @@ def scenario(m: int, n: int, trials: int) -> dict:
         "name": f"comm-cost-m{m}", "seed": 0, "trials": trials, "alpha": 0.1,
         "data": {"source": "synthetic", "generator": "romano2019", "n": 3 * n * m},
         "split": {"train": 0.4, "calibration": 0.4, "test": 0.2},
-        "sites": {"count": m, "sizes": [n] * m}, "model": {"kind": "ridge"}, "methods": METHODS,
+        "sites": {"count": m, "sizes": [n] * m, "policy": {"non_private": "allow"}}, "model": {"kind": "ridge"}, "methods": METHODS,
         "runtime": {"deadlines": {"hello": 120, "join": 120, "respond": 60}},
     })
 

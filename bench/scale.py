@@ -38,7 +38,7 @@ def scenario(m: int, trials: int, methods: tuple[str, ...] = ("fedcp_qq", "centr
         "name": f"scale-{m}", "seed": 0, "trials": trials, "alpha": 0.1,
         "data": {"source": "synthetic", "generator": "romano2019", "n": int(per_site * m / calibration) + 10},
         "split": {"train": 0.1, "calibration": calibration, "test": 0.1},
-        "sites": {"count": m, "sizes": "equal"},
+        "sites": {"count": m, "sizes": "equal", "policy": {"non_private": "allow"}},  # raw baselines
         "model": {"kind": "ridge"},
         "methods": [{"name": name} for name in methods],
         "runtime": {"deadlines": {"hello": 300, "join": 300, "respond": 120}},
