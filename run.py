@@ -39,6 +39,10 @@ def run(scenario, out, trials, overrides, backend, keep_work, resume):
     spec = _load_or_exit(scenario, overrides)
     if resume and not out:
         raise click.UsageError("--resume needs the --out directory of the run to continue")
+    for field in ("faults", "attacks"):
+        if backend == "inprocess" and spec[field]:
+            raise click.UsageError(f"{scenario} has {field}: they act on site processes; run it without "
+                                   f"--backend inprocess")
     out = Path(out) if out else quorum.runs.default_directory(spec.name)
     _run_with_progress(spec, out, lambda progress: quorum.run(
         spec, out, backend=backend, progress=progress, keep_work=keep_work, resume=resume))

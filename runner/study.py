@@ -63,6 +63,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         raise ValueError(f"backend must be one of {BACKENDS}")
     if scenario["faults"] and backend != "processes":
         raise ValueError("faults are applied by the process drivers; use the processes backend")
+    if scenario["attacks"] and backend != "processes":
+        raise ValueError("a scenario's attacks run over site processes: use the processes backend")
     rundir = RunDirectory(out)
     done: set[tuple[int, str]] = set()
     fired: set[int] = set()
@@ -104,8 +106,6 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
         if on_listening is not None:
             on_listening(federation.channel.endpoint)
     else:
-        if scenario["attacks"]:
-            raise ValueError("a scenario's attacks run over site processes: use the processes backend")
         federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"],
                                          policy=scenario["sites"]["policy"])
     started = time.time()
