@@ -22,6 +22,7 @@ import numpy as np
 from coordinator.events import EventLog
 from protocol.codecs import PayloadError
 from protocol.methods import Method, Outcome, Send
+from protocol.methods.base import guarded
 from protocol.noise import coordinator_rng
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.sessions import join_session, method_session
@@ -47,10 +48,11 @@ class Deadlines:
 class Coordinator:
     def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
                  ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None,
-                 seeded_noise: bool = False) -> None:
+                 seeded_noise: bool = False, max_n: int = 10**8) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
         self.adversary = adversary  # coordinator.adversary.Adversary: scripted attacks on the sites
         self.seeded_noise = seeded_noise  # the sites' policy says `noise: seeded` (protocol.noise)
+        self.max_n = max_n  # the largest n_j a site may announce at join (runtime.max_n)
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults
         self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
@@ -99,8 +101,9 @@ class Coordinator:
         sizes = {}
         self.devices = {site: payload["device"] for site, payload in answers.items()}
         for site, payload in sorted(answers.items()):
-            if payload["n"] < 1:
-                dropped[site] = f"joined with n={payload['n']} calibration points"
+            if not 1 <= payload["n"] <= self.max_n:  # the wire makes it an integer; absurd sizes stop here
+                dropped[site] = (f"joined with n={payload['n']} calibration points (accepted: 1 to "
+                                 f"runtime.max_n = {self.max_n})")
                 self.events.write("dropout", site=site, session=session, phase="join", reason=dropped[site])
             else:
                 sizes[site] = payload["n"]
@@ -149,9 +152,10 @@ class Coordinator:
         if rule is not None and rule["attack"] == "forbidden_method":
             step = self._ask_other(trial, session, label or method.name, rule, record, sizes)
         else:
-            half = method.coordinator(sizes, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
-                                                             self.seeded_noise))
-            step = half.start()
+            # whatever the sites announced or sent, a failing half ends this session, not the run
+            half = guarded(method.coordinator, sizes, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
+                                                                      self.seeded_noise))
+            step = half if isinstance(half, Outcome) else guarded(half.start)
         rounds = 0
         while isinstance(step, Send):
             rounds += 1
@@ -184,7 +188,7 @@ class Coordinator:
                 self._observe_attack(rule, record, session, requests, decoded, dropped)
                 if rule["attack"] == "switch_method" and rounds == 1:
                     self._ask_other(trial, session, label or method.name, rule, record, sizes)
-            step = half.advance(step.phase, decoded, dropped)
+            step = guarded(half.advance, step.phase, decoded, dropped)
         self.ledger.flush()
         self.events.write("session_end", trial=trial, session=session, method=method.name,
                           label=label or method.name, status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from protocol.codecs import CODECS, PayloadError
-from protocol.methods.base import Method, Outcome, RequestError, Send
+from protocol.methods.base import Method, Outcome, RequestError, Send, guarded
 from protocol.shuffle import anonymous_label, secure_permutation
 
 #: ask(site, phase, request body) -> the site's encoded response body (or RequestError)
@@ -22,8 +22,8 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
     """Run one session of `method` over the sites in `sizes`, asking each through `ask`;
     `rng` feeds the coordinator half's own randomness."""
     codec = method.make_codec()
-    half = method.coordinator(dict(sizes), rng)
-    step = half.start()
+    half = guarded(method.coordinator, dict(sizes), rng)
+    step = half if isinstance(half, Outcome) else guarded(half.start)
     while isinstance(step, Send):
         bodies, dropped = {}, {}
         for site, body in step.requests.items():
@@ -41,7 +41,7 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
                 answers[label] = codec.decode(body)
             except PayloadError as exc:
                 dropped[label] = f"undecodable {codec.name} body: {exc}"
-        step = half.advance(step.phase, answers, dropped)
+        step = guarded(half.advance, step.phase, answers, dropped)
     return step
 
 

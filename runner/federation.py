@@ -62,7 +62,8 @@ class ProcessFederation:
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
                                        adversary=adversary,
-                                       seeded_noise=SitePolicy.from_spec(policy).seeded if policy else False)
+                                       seeded_noise=SitePolicy.from_spec(policy).seeded if policy else False,
+                                       max_n=runtime["max_n"])
         self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
                                          site_ids=site_ids) if shuffler else None)
         self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget, policy=policy,

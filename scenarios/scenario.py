@@ -73,6 +73,8 @@ SCENARIO_FIELDS = {
                 "num_gpus": {"type": "float", "ge": 0, "default": 0.0},
             }},
         }},
+        # the largest calibration size a site may announce at join: a larger one is a dropout
+        "max_n": {"type": "int", "min": 1, "default": 100_000_000},
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
             "join": {"type": "float", "gt": 0, "default": 120.0},

@@ -45,9 +45,10 @@ def one_live_site(workdir: Path, host_mates: int = 0):
 class FakeSite(threading.Thread):
     """A site speaking the protocol from a thread; `mute` sites join but never answer requests."""
 
-    def __init__(self, endpoint, site_id, scores, mute=False):
+    def __init__(self, endpoint, site_id, scores, mute=False, announce=None):
         super().__init__(daemon=True)
         self.endpoint, self.site_id, self.scores, self.mute = endpoint, site_id, scores, mute
+        self.announce = announce  # the n it claims at join (default: its true size)
         self.stop = threading.Event()
 
     def run(self):
@@ -59,7 +60,8 @@ class FakeSite(threading.Thread):
                 continue
             env = incoming.envelope
             if env.type == "open":
-                channel.send("join", env.session, {"n": len(self.scores), "device": "cpu"})
+                channel.send("join", env.session, {"n": len(self.scores) if self.announce is None else self.announce,
+                                                   "device": "cpu"})
             elif env.type == "request" and not self.mute:
                 ell = env.payload["body"]["ell"]
                 channel.send("response", env.session,

@@ -89,6 +89,17 @@ class Outcome:
 Step = Send | Outcome
 
 
+def guarded(call, *args) -> Step:
+    """A coordinator half's step (`start`, `advance`, or building the half from the sizes the
+    sites announced), run so that an exception raised on what the sites sent becomes the
+    session's aborted outcome with the reason (issue 36): no peer can end the run."""
+    try:
+        return call(*args)
+    except Exception as exc:  # a method's bug or a peer's garbage: this session ends, the run goes on
+        return Outcome.aborted(f"the coordinator half failed on what the sites sent: {type(exc).__name__}: "
+                               f"{str(exc)[:300]}")
+
+
 class CoordinatorHalf(ABC):
     @abstractmethod
     def start(self) -> Step: ...

@@ -1,0 +1,116 @@
+"""Issue 36, point 2: no peer can crash another.
+
+Hypothesis drives every statistics method's coordinator half with adversarial answers (wrong
+types, wrong lengths, garbage shares and vectors, duplicates, huge values), through the same
+decode step as the drivers (protocol.inprocess.drive): every session ends in an Outcome, with a
+reason when it is not ok, and no exception escapes. The coordinator drops a site announcing an
+absurd n at join instead of planning with it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.codecs import CODECS
+from protocol.inprocess import drive
+from protocol.methods import METHODS, Outcome
+from protocol.methods.base import STATUSES, guarded
+
+BINS = {"lo": 0.0, "hi": 4.0, "count": 16}
+#: every statistics method, as a scenario would set it up (learning methods need a model: their
+#: rounds are driven with crashed and lying sites in tests/test_fedtype*.py)
+SETUPS = {
+    "fedcp_qq": {}, "fedcp_avg": {}, "centralized": {},
+    "fedcp2_qq": {"epsilon": 5.0, "bins": BINS},
+    "fedcp2_qq_shuffle": {"epsilon": 5.0, "bins": BINS},
+    "fedcp2_qq_secagg": {"epsilon": 5.0, "bins": BINS},
+    "ddg_quantile": {"epsilon": 5.0, "bins": BINS, "secagg": {"graph": "full"}},
+    "private_cp": {"epsilon": 5.0, "bins": BINS}, "private_cp_local": {"epsilon": 5.0, "bins": BINS},
+    "pooled_values": {}, "mwu_sites": {}, "mwu_table": {"k": 3}, "kanon_quantiles": {"k": 3},
+    "yj_likelihood": {}, "quantile_loss": {},
+}
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8), st.binary(max_size=64))
+garbage = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=6),
+                                                        st.dictionaries(st.text(max_size=6), inner, max_size=6)),
+                       max_leaves=20)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(SETUPS)), st.data())
+def test_no_answer_makes_a_coordinator_half_raise(name, data):
+    """Each site answers each phase with something adversarial: garbage, a duplicate of another
+    site's answer, a huge or non-finite value, or the wrong-length body of a real encoding."""
+    method = METHODS[name](0.1, **SETUPS[name]).for_trial({"score_min": 0.0, "score_max": 4.0})
+    sizes = {f"site-{j}": data.draw(st.integers(1, 60), label=f"n_{j}") for j in range(4)}
+    answered: list = []
+
+    def ask(site, phase, body):
+        kind = data.draw(st.sampled_from(["garbage", "duplicate", "huge", "bytes"]), label="kind")
+        if kind == "duplicate" and answered:
+            value = answered[-1]
+        elif kind == "huge":
+            value = data.draw(st.sampled_from([1e308, -math.inf, math.nan, 2**63 - 1, [1e308] * 64]), label="huge")
+        elif kind == "bytes":
+            value = msgpack.packb(data.draw(garbage, label="packed"), use_bin_type=True)
+        else:
+            value = data.draw(garbage, label="garbage")
+        answered.append(value)
+        return value
+
+    outcome = drive(method, sizes, ask, np.random.default_rng(0))
+    assert isinstance(outcome, Outcome) and outcome.status in STATUSES
+    assert outcome.status == "ok" or outcome.reason or math.isinf(outcome.threshold)
+
+
+def test_a_raising_half_ends_its_session_with_the_reason():
+    """guarded: an exception in any step is the session's aborted outcome, naming it."""
+    def broken(*args):
+        raise OverflowError("int too large to convert")
+
+    outcome = guarded(broken, {"site-0": 10**9})
+    assert outcome.status == "aborted" and "OverflowError: int too large" in outcome.reason
+
+
+def test_absurd_announced_sizes_do_not_reach_the_plan():
+    """FedCP-QQ planning with n = 10^9 or 2^62 (issue 36) ends the session, it does not raise."""
+    for n in (10**9, 2**62):
+        outcome = drive(METHODS["fedcp_qq"](0.1), {"site-0": n, "site-1": 5},
+                        lambda site, phase, body: CODECS["raw_quantile"]().encode(1.0), np.random.default_rng(0))
+        assert isinstance(outcome, Outcome)
+
+
+def test_the_coordinator_drops_a_site_announcing_an_absurd_n_at_join(tmp_path):
+    """Over real sockets: sites announcing n = 10^9 (above runtime.max_n), 2^62 or -5 are
+    dropouts of the join with the reason; the others' session runs and is exact."""
+    from coordinator.driver import Coordinator, Deadlines
+    from coordinator.events import EventLog
+    from tests.support import FakeSite, stop_fakes
+    from transport.channel import CoordinatorChannel
+
+    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=5),
+                              max_n=1_000_000)
+    rng = np.random.default_rng(1)
+    claims = [None, None, None, 10**9, 2**62, -5]
+    fakes = [FakeSite(channel.endpoint, f"site-{j:03d}", rng.standard_normal(20), announce=claim)
+             for j, claim in enumerate(claims)]
+    for fake in fakes:
+        fake.start()
+    try:
+        members = coordinator.await_members([f.site_id for f in fakes])
+        sizes, dropped = coordinator.open_trial(0, 0, members)
+        assert sorted(sizes) == ["site-000", "site-001", "site-002"]
+        assert set(dropped) == {"site-003", "site-004", "site-005"}
+        assert all("runtime.max_n = 1000000" in why for why in dropped.values())
+        outcome = coordinator.run_method(0, 0, METHODS["fedcp_qq"](0.1), sizes)
+        assert outcome.status in ("ok", "infinite")
+    finally:
+        stop_fakes(fakes)
+        channel.close()
