@@ -40,6 +40,11 @@ SCOPES = ("trial", "dataset")
 COMPOSITIONS = ("basic", "pld")
 KINDS = ("dp", "kanon", "none")
 PLD_MAX_EPSILON = 30.0
+#: the most inputs a claim may name (a shuffle's messages, a secure sum's noisy inputs): twice the
+#: largest federation Quorum runs (50,000 sites), and the bound on the work a site's check of a
+#: claim costs: FMT21's bound is computed over a range that grows with the count (about 2 s at
+#: 100,000 messages, 19 s at a million, terabytes at 2^62; issue 36)
+MAX_CLAIMED = 100_000
 
 
 #: the scenario's `sites.budget` (scenarios.scenario validates against it)

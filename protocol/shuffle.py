@@ -28,9 +28,10 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field
 
+from protocol.accounting import MAX_CLAIMED
+
 MAX_CIPHERTEXT = 4096
 KEY_DIGEST_BYTES = 16
-MAX_CLAIMED_MESSAGES = 1 << 40
 
 
 def sealing_claim(messages: int, seal_to: bytes) -> dict:
@@ -44,8 +45,8 @@ def claim_problem(claim) -> str | None:
     if not isinstance(claim, dict) or set(claim) != {"messages", "key"}:
         return "a claim must be {messages, key}"
     messages, key = claim["messages"], claim["key"]
-    if isinstance(messages, bool) or not isinstance(messages, int) or not 1 <= messages <= MAX_CLAIMED_MESSAGES:
-        return f"claimed messages must be an integer in [1, {MAX_CLAIMED_MESSAGES}]"
+    if isinstance(messages, bool) or not isinstance(messages, int) or not 1 <= messages <= MAX_CLAIMED:
+        return f"claimed messages must be an integer in [1, {MAX_CLAIMED}]"
     if not isinstance(key, bytes) or len(key) != KEY_DIGEST_BYTES:
         return f"the key digest must be {KEY_DIGEST_BYTES} bytes"
     return None

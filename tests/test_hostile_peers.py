@@ -114,3 +114,31 @@ def test_the_coordinator_drops_a_site_announcing_an_absurd_n_at_join(tmp_path):
     finally:
         stop_fakes(fakes)
         channel.close()
+
+
+def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
+    """A claim of 2^62 shuffled messages or noisy inputs would make the site's check allocate
+    terabytes (FMT21's range, theorem 1's psi): refused at once, naming the cap."""
+    import time
+
+    import pytest
+
+    from protocol.accounting import MAX_CLAIMED
+    from protocol.methods import RequestError
+    from protocol.methods.ddg_quantile import ddg_spend
+    from protocol.methods.private_bin import bin_spend
+
+    began = time.monotonic()
+    with pytest.raises(RequestError, match=f"messages in \\[1, {MAX_CLAIMED}\\]"):
+        bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
+                   "central": {"epsilon": 0.1, "delta": 1e-6, "messages": 2**62}})
+    public = {"c": 10, "sigma2": 2.0, "bins": {"lo": 0.0, "hi": 1.0, "count": 4}, "histogram": "flat",
+              "central": {"epsilon": 0.1, "delta": 1e-5, "inputs": 2**62, "accounting": "exact"}}
+    with pytest.raises(RequestError, match=f"inputs in \\[1, {MAX_CLAIMED}\\]"):
+        ddg_spend(public)
+    assert time.monotonic() - began < 1.0
+    # at the cap, the check runs in bounded time (about 2 s here) and memory
+    began = time.monotonic()
+    bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
+               "central": {"epsilon": 2.0, "delta": 1e-6, "messages": MAX_CLAIMED}})
+    assert time.monotonic() - began < 30

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from protocol.accounting import Spend
+from protocol.accounting import MAX_CLAIMED, Spend
 from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
 from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
@@ -252,11 +252,13 @@ def ddg_spend(public) -> Spend:
     claim is not backed)."""
     central = public["central"]
     if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "inputs", "accounting"}
-            or isinstance(central["inputs"], bool) or not isinstance(central["inputs"], int) or central["inputs"] < 1
+            or isinstance(central["inputs"], bool) or not isinstance(central["inputs"], int)
+            or not 1 <= central["inputs"] <= MAX_CLAIMED
             or central["accounting"] not in ACCOUNTING
             or not all(isinstance(central[k], (int, float)) and not isinstance(central[k], bool) for k in ("epsilon", "delta"))
             or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1):
-        raise RequestError(f"central must be {{epsilon, delta, inputs, accounting}}, got {central!r}")
+        raise RequestError(f"central must be {{epsilon, delta, inputs in [1, {MAX_CLAIMED}], accounting}}, "
+                           f"got {central!r}")
     count = public["bins"]["count"]
     backed = histogram_epsilon(public["c"], central["inputs"], float(public["sigma2"]), count,
                                public["histogram"] == "hierarchical", float(central["delta"]), central["accounting"])

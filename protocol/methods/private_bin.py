@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 
-from protocol.accounting import Spend
+from protocol.accounting import MAX_CLAIMED, Spend
 from protocol.methods.base import RequestError, SiteHalf
 from stats.amplification import shuffled_epsilon
 from stats.dp import Bins, private_quantile_bin
@@ -53,8 +53,10 @@ def bin_spend(body) -> Spend:
         return Spend("dp", float(epsilon), 0.0, "local")
     if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "messages"}
             or not all(_number(central[k]) for k in central) or isinstance(central["messages"], float)
-            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1 or central["messages"] < 1):
-        raise RequestError(f"central must be {{epsilon > 0, delta in (0, 1), messages >= 1}}, got {central!r}")
+            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1
+            or not 1 <= central["messages"] <= MAX_CLAIMED):
+        raise RequestError(f"central must be {{epsilon > 0, delta in (0, 1), messages in [1, {MAX_CLAIMED}]}}, "
+                           f"got {central!r}")
     backed = shuffled_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
     if backed > central["epsilon"] * (1 + 1e-6):
         raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: {central['messages']} "
