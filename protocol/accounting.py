@@ -21,9 +21,11 @@ Two kinds of release are budgeted:
 Methods that release raw values (a local quantile, every score to a trusted curator) are
 recorded as `none` releases: no epsilon, listed so that a reader sees them.
 
-The scope is `trial` (each trial's data are fresh: the account starts again per trial) or
-`dataset` (one data set behind every trial, e.g. re-splits of the same file: every release of
-the run counts).
+The scope is `trial` (each trial's data are fresh: the account starts again for data it has
+released nothing from; records are matched by the fingerprint of the data they came from, never
+by the trial number a coordinator names, so naming a new trial over the same data resets
+nothing) or `dataset` (one data set behind every trial, e.g. re-splits of the same file: every
+release of the run counts).
 """
 
 from __future__ import annotations
@@ -158,11 +160,18 @@ class SiteAccount:
     budget: Budget
     records: list[dict] = field(default_factory=list)
 
-    def _in_scope(self, trial: int) -> list[dict]:
-        return [r for r in self.records if self.budget.scope == "dataset" or r["trial"] == trial]
+    def _in_scope(self, trial: int, data: str | None = None) -> list[dict]:
+        """The records a new release composes with: every one (`dataset`), or under `trial` those
+        of the same data (its fingerprint: issue 36, a trial number named by the coordinator no
+        longer resets a budget whose data did not change), or of the trial when no data is given."""
+        if self.budget.scope == "dataset":
+            return list(self.records)
+        if data is not None:
+            return [r for r in self.records if r["data"] == data]
+        return [r for r in self.records if r["trial"] == trial]
 
-    def dp_events(self, trial: int) -> list[tuple[float, float]]:
-        return [(r["epsilon"], r["delta"]) for r in self._in_scope(trial) if r["kind"] == "dp"]
+    def dp_events(self, trial: int, data: str | None = None) -> list[tuple[float, float]]:
+        return [(r["epsilon"], r["delta"]) for r in self._in_scope(trial, data) if r["kind"] == "dp"]
 
     def composed(self, events: list[tuple[float, float]]) -> float:
         """The epsilon the budget's composition rule gives these events at the budget's delta."""
@@ -174,7 +183,7 @@ class SiteAccount:
     def cached_release(self, trial: int, data: str, spend: Spend):
         """The body of an earlier K-anonymous release answering the same request on the same
         data within the scope, or None."""
-        for r in self._in_scope(trial):
+        for r in self._in_scope(trial, data):
             if r["kind"] == "kanon" and r["data"] == data and r["key"] == spend.key:
                 return r["body"]
         return None
@@ -183,14 +192,14 @@ class SiteAccount:
         """Raise BudgetExceeded when answering would take the site past its budget."""
         b = self.budget
         if spend.kind == "kanon":
-            made = {(r["data"], r["key"]) for r in self._in_scope(trial) if r["kind"] == "kanon"}
+            made = {(r["data"], r["key"]) for r in self._in_scope(trial, data) if r["kind"] == "kanon"}
             if len(made) >= b.kanon_releases:
                 raise BudgetExceeded(
                     f"privacy budget: this site has made {len(made)} K-anonymous release(s) "
                     f"(at most {b.kanon_releases} per {b.scope}); a different table could be differenced "
                     f"against {'it' if len(made) == 1 else 'them'}")
         elif spend.kind == "dp" and b.epsilon is not None:
-            events = self.dp_events(trial) + [(spend.epsilon, spend.delta)]
+            events = self.dp_events(trial, data) + [(spend.epsilon, spend.delta)]
             total = self.composed(events)
             if total > b.epsilon * (1 + 1e-12):
                 spent = self.composed(events[:-1])

@@ -25,7 +25,7 @@ from pathlib import Path
 from protocol.accounting import Budget, SiteAccount, basic_composition
 from protocol.noise import NOT_PRIVATE
 from protocol.sessions import method_session
-from sites.storage import account_path, read_account
+from sites.storage import AccountCorrupt, account_path, read_account
 
 COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",
            "delta_basic", "epsilon_composed", "composition", "delta", "scope", "noise"]
@@ -68,9 +68,16 @@ def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
 
 
 def read_accounts(workdir: Path, site_ids: list[str], budget: Budget) -> dict[str, SiteAccount]:
-    """The accounts the sites left on this host's storage (sites elsewhere keep theirs)."""
-    return {site: SiteAccount(budget, read_account(workdir, site)) for site in site_ids
-            if account_path(workdir, site).exists()}
+    """The accounts the sites left on this host's storage (sites elsewhere keep theirs); one that
+    cannot be read whole is left out of the report (its site refuses to serve: sites.storage)."""
+    accounts = {}
+    for site in site_ids:
+        if account_path(workdir, site).exists():
+            try:
+                accounts[site] = SiteAccount(budget, read_account(workdir, site))
+            except AccountCorrupt:
+                continue
+    return accounts
 
 
 def write_privacy(path: Path, rows: list[dict]) -> None:

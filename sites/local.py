@@ -30,7 +30,7 @@ from protocol.noise import PrivacyNoise
 from protocol.policy import SitePolicy
 from protocol.shuffle import sealing_claim
 from protocol.sessions import SESSIONS_PER_TRIAL
-from sites.storage import append_account, read_account
+from sites.storage import AccountCorrupt, append_account, read_account
 from sites.trials import TrialCache
 from specs.plugins import PluginError
 from stats.randomness import site_rng
@@ -48,7 +48,11 @@ class SiteLocal:
         self._halves: dict[int, tuple[str, object]] = {}  # session -> (its method, the half)
         self._owners: dict[int, str] = {}  # session -> the method it belongs to (kept after close)
         self.policy = SitePolicy.from_spec(policy)
-        self.account = SiteAccount(Budget.from_spec(budget), read_account(workdir, site_id))
+        try:
+            records, self.broken = read_account(workdir, site_id, repair=True), None
+        except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
+            records, self.broken = [], str(exc)
+        self.account = SiteAccount(Budget.from_spec(budget), records)
         self._saved = len(self.account.records)  # records already on the site's storage
 
     def open_trial(self, trial: int, seed: int) -> int:
@@ -67,6 +71,8 @@ class SiteLocal:
 
     def answer(self, session: int, method_name: str, phase: str, body: dict):
         """The encoded response body for one request (RequestError if it cannot be served)."""
+        if self.broken is not None:
+            raise RequestError(f"this site's privacy account cannot be read: {self.broken}")
         if self.trial is None:
             raise RequestError("no trial is open at this site")
         if session // SESSIONS_PER_TRIAL != self.trial:

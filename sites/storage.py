@@ -20,8 +20,10 @@ import json
 import os
 import pickle
 import shutil
+import struct
 import time
 import uuid
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -128,34 +130,83 @@ def account_path(workdir, site_id: str) -> Path:
     return Path(workdir) / "privacy" / f"{site_id}.msgpack"
 
 
-def read_account(workdir, site_id: str) -> list[dict]:
+class AccountCorrupt(RuntimeError):
+    """A privacy account that cannot be read whole: the site serves nothing until its operator
+    acts (fail closed), since a budget that forgot a release could be spent twice."""
+
+
+#: each record's header: its length, its CRC-32 and the header's own CRC-32 (of the first 8
+#: bytes), big-endian, then the msgpack record
+FRAME = struct.Struct(">III")
+
+
+def _frame(body: bytes) -> bytes:
+    head = struct.pack(">II", len(body), zlib.crc32(body))
+    return head + struct.pack(">I", zlib.crc32(head)) + body
+
+
+def read_account(workdir, site_id: str, repair: bool = False) -> list[dict]:
     """The records of a site's privacy account (protocol.accounting.SiteAccount), [] if none yet.
-    The file is a stream of msgpack records, appended one release at a time; a record cut short
-    by a crash mid-write is ignored (it was never acknowledged: the answer had not left)."""
+    The file is a sequence of framed records (FRAME), appended and fsync'ed one release at a time
+    before the answer leaves. A last record cut short by a crash mid-write (a header cut short, or
+    a sound header whose record runs past the end of the file) was never acknowledged: it is
+    ignored, and with `repair` (the site itself, before it appends) cut off the file. Anything else
+    that does not read (a bad checksum in a header or a record) raises AccountCorrupt, naming the
+    file and the byte, instead of forgetting what follows (issue 36)."""
     path = account_path(workdir, site_id)
     if not path.exists():
         return []
+    blob = path.read_bytes()
     records: list[dict] = []
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(path.read_bytes())
-    try:
-        for item in unpacker:
-            records.extend(item if isinstance(item, list) else [item])
-    except (msgpack.ExtraData, ValueError):
-        pass
+    at = 0
+    while at < len(blob):
+        torn = len(blob) - at < FRAME.size
+        if not torn:
+            size, crc, head_crc = FRAME.unpack_from(blob, at)
+            if zlib.crc32(blob[at:at + 8]) != head_crc:
+                raise AccountCorrupt(f"{path}: the record header at byte {at} is corrupt ({len(blob) - at} bytes "
+                                     f"from there); the site refuses to serve until its operator restores the "
+                                     f"file from a backup or removes it knowingly")
+            torn = at + FRAME.size + size > len(blob)
+        if torn:  # the last write never completed: its answer never left
+            if repair:
+                os.truncate(path, at)
+            break
+        body = blob[at + FRAME.size:at + FRAME.size + size]
+        if zlib.crc32(body) != crc:
+            raise AccountCorrupt(f"{path}: the record at byte {at} fails its checksum; the site refuses to "
+                                 f"serve until its operator restores the file from a backup or removes it knowingly")
+        try:
+            records.append(msgpack.unpackb(body, raw=False))
+        except Exception as exc:  # a checksummed record that does not decode: written by something else
+            raise AccountCorrupt(f"{path}: the record at byte {at} does not decode ({exc})") from None
+        at += FRAME.size + size
     return records
 
 
 def append_account(workdir, site_id: str, records: list[dict]) -> None:
-    """Append new records to a site's account and flush them to the disk before the answer
-    they account for may leave (cost: the new records only, however long the account)."""
+    """Append new records to a site's account and make them durable (write, flush, fsync; the
+    directory fsync'ed when the file is new) before the answer they account for may leave
+    (cost: the new records only, however long the account)."""
     if not records:
         return
     path = account_path(workdir, site_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
-        handle.write(b"".join(msgpack.packb(record, use_bin_type=True) for record in records))
-        handle.flush()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    new = not path.exists()
+    data = memoryview(b"".join(_frame(msgpack.packb(record, use_bin_type=True)) for record in records))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if new:
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def remove_trial(workdir, trial: int) -> None:

@@ -247,9 +247,13 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
     restarted.answer(5, "fedcp2_qq", "respond", bin_request(0.15))  # 0.95 fits
     kinds = [r["kind"] for r in restarted.account.records]
     assert kinds == ["dp", "dp", "refused", "refused", "dp"]
-    # a new trial's data (scope trial) starts afresh; under scope dataset it would not
+    # a new trial's data (scope trial) starts afresh; a new trial number over the same data does
+    # not (issue 36: the scope is the data's fingerprint); under scope dataset neither would
     restarted.hold(1, 1, local.scores)
-    restarted.answer(1001, "fedcp2_qq", "respond", bin_request(0.9))
+    with pytest.raises(RequestError, match="over its budget 1"):
+        restarted.answer(1001, "fedcp2_qq", "respond", bin_request(0.9))
+    restarted.hold(2, 1, local.scores + 1.0)
+    restarted.answer(2001, "fedcp2_qq", "respond", bin_request(0.9))
     dataset = SiteLocal("site-1", tmp_path, budget={**budget, "scope": "dataset"})
     dataset.hold(0, 1, local.scores)
     dataset.answer(1, "fedcp2_qq", "respond", bin_request(0.9))
