@@ -341,25 +341,30 @@ def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_k
 
     from protocol.wire import SHUFFLER_ID
     from world.trial import site_ids
-    from transport.security import COORDINATOR_KEY, generate_keys
+    from transport.security import (COORDINATOR_KEY, KeyDirectoryError, generate_keys, make_key_pair,
+                                    private_key_directory)
 
     directory = Path(directory)
     if coordinator_only:
-        generate_keys(directory, [SHUFFLER_ID])
+        try:
+            generate_keys(directory, [SHUFFLER_ID])
+        except KeyDirectoryError as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"coordinator and shuffler key pairs in {directory}: give each site host {COORDINATOR_KEY}.key "
                    f"and {SHUFFLER_ID}.key (public); put the SITE.key files the site hosts send you here")
         return
     if site_range:
         ids = _parse_site_range(site_range, None)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            private_key_directory(directory)
+        except KeyDirectoryError as exc:
+            raise click.ClickException(str(exc)) from None
         for site in ids:
             if (directory / f"{site}.key").exists() and not (directory / f"{site}.key_secret").exists():
                 raise click.ClickException(f"{directory / site}.key holds a public key only: not this host's site")
-        import zmq.auth
-
         for site in ids:
             if not (directory / f"{site}.key_secret").exists():
-                zmq.auth.create_certificates(str(directory), site)
+                make_key_pair(directory, site)
         if coordinator_key:
             shutil.copyfile(coordinator_key, directory / f"{COORDINATOR_KEY}.key")
         click.echo(f"key pairs for {len(ids)} site(s) in {directory}: send the coordinator "
@@ -369,7 +374,10 @@ def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_k
     count = _load_or_exit(scenario, [])["sites"]["count"] if scenario else sites
     if not count:
         raise click.UsageError("give --scenario or --sites (every pair here), --coordinator or --site-ids")
-    generate_keys(directory, site_ids(count))
+    try:
+        generate_keys(directory, site_ids(count))
+    except KeyDirectoryError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"keys for the coordinator and {count} sites in {directory}: give each site host "
                f"coordinator.key and its own SITE.key and SITE.key_secret; keep coordinator.key_secret "
                f"on the coordinator's host (one directory holds every secret: split it with --coordinator "

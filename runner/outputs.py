@@ -35,12 +35,21 @@ ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_me
                  "wire_bytes_down", "wire_bytes_up", "dropped"]
 
 
+def private_directory(path: Path) -> Path:
+    """`path`, created (with its parents) and, when new, closed to other users (0700, whatever the
+    umask; issue 36: shards, the model and the accounts were world-readable)."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+    return path
+
+
 class RunDirectory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        private_directory(self.path)  # shards, models, accounts, keys and logs: not for other users
         self.logs = self.path / "logs"
-        self.logs.mkdir(exist_ok=True)
+        private_directory(self.logs)
         self.work = self.path / "work"
         self.results = self.path / "results.csv"
         self.events = self.path / "events.jsonl"

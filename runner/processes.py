@@ -98,6 +98,7 @@ def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, key
     plugins: the classes the scenario names by import path (scenarios.scenario.plugin_paths),
     loaded here first so that the sites know them by name."""
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
+    os.umask(0o077)  # a site's shards, model copies, account and log: its own user's only
     from sites.agent import SiteAgent
     from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
     from sites.trials import TrialCache
@@ -144,6 +145,7 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
     import setproctitle
 
     setproctitle.setproctitle("quorum-shuffler")
+    os.umask(0o077)
     _log_to(log_path)
     from shuffler.driver import serve
     from sites.host import descriptors_needed, raise_open_files

@@ -47,7 +47,7 @@ def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, 
     """Write the model and every site's rows; each file atomically (temporary file, then rename),
     the row index last, so that a reader who finds rows.json finds the arrays it indexes."""
     directory = trial_dir(workdir, trial)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     _atomic_write(model_path(workdir, trial), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
     sites = list(shards)
     bounds = np.cumsum([0] + [len(shards[s][1]) for s in sites]).tolist()
@@ -55,7 +55,8 @@ def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, 
         arrays = [np.asarray(shards[s][part]) for s in sites]
         target = directory / f"{name}.npy"
         tmp = _private_temp(target, ".npy")
-        np.save(tmp, np.concatenate(arrays) if arrays else np.zeros(0), allow_pickle=False)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
+            np.save(handle, np.concatenate(arrays) if arrays else np.zeros(0), allow_pickle=False)
         os.replace(tmp, target)
     index = {site: [bounds[i], bounds[i + 1]] for i, site in enumerate(sites)}
     _atomic_write(rows_path(workdir, trial), json.dumps(index).encode())
@@ -214,8 +215,11 @@ def remove_trial(workdir, trial: int) -> None:
 
 
 def _atomic_write(path: Path, blob: bytes) -> None:
+    """Write `blob` to `path` atomically, the file readable by its owner only (0600)."""
     tmp = _private_temp(path, ".tmp")
-    tmp.write_bytes(blob)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(blob)
     os.replace(tmp, path)
 
 

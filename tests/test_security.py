@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 import zmq
 
 from coordinator.driver import Coordinator, Deadlines
@@ -99,3 +101,41 @@ def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
     assert counted == relayed
     assert handshake_bytes(True, "DEALER", b"site-000", client=True) == 575
     assert handshake_bytes(True, "ROUTER", b"", client=False) == 301
+
+
+def test_keys_and_runs_are_private_and_a_planted_key_directory_is_refused(tmp_path):
+    """Issue 36, point 4: secret keys 0600 in a 0700 directory; a run directory and its shards
+    closed to other users; a keys directory open to others, or not this user's, is refused with
+    what to do."""
+    import os
+    import stat
+
+    from runner.outputs import RunDirectory
+    from sites.storage import write_trial
+    from tests.support import trial_zero
+    from transport.security import KeyDirectoryError, private_key_directory
+
+    keys = generate_keys(tmp_path / "keys", ["site-000"])
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in keys.glob("*.key_secret")} == {0o600}
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o755)
+    os.chmod(planted, 0o755)
+    with pytest.raises(KeyDirectoryError, match="chmod 700"):
+        generate_keys(planted, ["site-000"])
+    os.chmod(planted, 0o700)
+    (planted / "site-000.key_secret").write_text("x")
+    os.chmod(planted / "site-000.key_secret", 0o644)
+    with pytest.raises(KeyDirectoryError, match="chmod 600"):
+        private_key_directory(planted)
+    if os.getuid() == 0:  # root can give a directory away, as another user would have planted it
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 4242, -1)
+        with pytest.raises(KeyDirectoryError, match="belongs to uid 4242"):
+            generate_keys(foreign, ["site-000"])
+    run = RunDirectory(tmp_path / "runs" / "r1")
+    assert stat.S_IMODE(run.path.stat().st_mode) == 0o700 and stat.S_IMODE(run.logs.stat().st_mode) == 0o700
+    scenario, world = trial_zero(run.work)
+    shards = [p for p in run.work.rglob("*") if p.is_file()]
+    assert shards and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in shards)

@@ -23,6 +23,7 @@ directory, for convenience, and its events say so.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,16 +49,50 @@ class ClientKeys:
     secret: bytes
 
 
+class KeyDirectoryError(PermissionError):
+    """A key directory that others could have planted or can read; str(error) says what to do."""
+
+
+def private_key_directory(directory: str | Path) -> Path:
+    """`directory`, created 0700 if it is new; an existing one must be this user's and closed to
+    everyone else (issue 36: a keys directory planted by someone else was reused as it was),
+    else KeyDirectoryError names the fix."""
+    directory = Path(directory)
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True)
+        os.chmod(directory, 0o700)  # whatever the umask
+        return directory
+    status = directory.stat()
+    if status.st_uid != os.getuid():
+        raise KeyDirectoryError(f"key directory {directory} belongs to uid {status.st_uid}, not to this user "
+                                f"({os.getuid()}): someone else could have planted its keys; use a directory of "
+                                f"your own")
+    if status.st_mode & 0o077:
+        raise KeyDirectoryError(f"key directory {directory} is open to others (mode {status.st_mode & 0o777:o}): "
+                                f"run `chmod 700 {directory}` and `chmod 600 {directory}/*.key_secret` if its keys "
+                                f"are yours, or make new keys in a new directory")
+    for secret in directory.glob("*.key_secret"):
+        if secret.stat().st_mode & 0o077 or secret.stat().st_uid != os.getuid():
+            raise KeyDirectoryError(f"secret key {secret} is readable by others or not yours: "
+                                    f"`chmod 600 {secret}` if it is yours, else make new keys")
+    return directory
+
+
 def generate_keys(directory: str | Path, site_ids) -> Path:
     """Create a key pair for the coordinator and for each of `site_ids` (the shuffler's too, when
-    named); a name whose public key is already there is kept (a coordinator's directory may hold
-    only the public keys the site hosts sent it)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    named), secret halves 0600 in a 0700 directory; a name whose public key is already there is
+    kept (a coordinator's directory may hold only the public keys the site hosts sent it)."""
+    directory = private_key_directory(directory)
     for name in [COORDINATOR_KEY, *site_ids]:
         if not (directory / f"{name}.key").exists():
-            zmq.auth.create_certificates(str(directory), name)
+            make_key_pair(directory, name)
     return directory
+
+
+def make_key_pair(directory: Path, name: str) -> None:
+    """`name`.key (public) and `name`.key_secret (0600) in `directory`."""
+    public, secret = zmq.auth.create_certificates(str(directory), name)
+    os.chmod(secret, 0o600)
 
 
 def new_key_pair() -> tuple[bytes, bytes]:
