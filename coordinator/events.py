@@ -12,6 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol.wire import short
+
+#: the longest reason an event keeps (refusals can quote a peer's own bytes; issue 36)
+MAX_EVENT_REASON = 1000
 
 class EventLog:
     def __init__(self, path: str | Path | None) -> None:
@@ -20,6 +24,8 @@ class EventLog:
         self._lock = threading.Lock()  # a launcher's watcher thread writes too (runner.ray_hosts)
 
     def write(self, event: str, **fields: Any) -> None:
+        if isinstance(fields.get("reason"), str):  # a reason may quote what a peer sent: kept short
+            fields["reason"] = short(fields["reason"], MAX_EVENT_REASON)
         record = {"ts": round(time.time(), 6), "event": event, **fields}
         line = json.dumps(_jsonable(record), allow_nan=False) + "\n"
         with self._lock:

@@ -26,6 +26,18 @@ import msgpack
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+#: the largest message of each type, checked on the raw bytes before the body is decoded (issue
+#: 36): the small control messages can never be large, whatever a peer sends
+MAX_BYTES_BY_TYPE = {"hello": 1024, "join": 1024, "error": 8192, "open": 1024, "close": 256, "shutdown": 256,
+                     "batch_ready": 1024, "batch_lost": 1 << 20, "batch_open": 1 << 20}
+#: decoding limits: no string, byte string, array or map longer than these, and no more maps
+#: and arrays in one message than MAX_CONTAINERS (8 MiB of empty maps decoded to about 590 MiB
+#: of Python objects before; the containers a message may build are now bounded)
+MAX_CONTAINERS = 200_000
+DECODE_LIMITS = {"max_str_len": 1 << 20, "max_bin_len": MAX_MESSAGE_BYTES, "max_array_len": 1 << 20,
+                 "max_map_len": 1 << 16}
+#: how much of a refusal reason is kept (a reason may quote what the peer sent)
+MAX_REASON_CHARS = 300
 MAX_SEQUENCE = 2**63 - 1
 CHECKSUM_BYTES = 4
 SENDER_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -96,12 +108,24 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
     packed, trailer = data[:-CHECKSUM_BYTES], data[-CHECKSUM_BYTES:]
     if zlib.crc32(packed).to_bytes(CHECKSUM_BYTES, "little") != trailer:
         raise WireError("checksum mismatch: the message was corrupted or truncated in transit")
+    mtype = peek_type(packed)
+    if mtype in MAX_BYTES_BY_TYPE and len(data) > MAX_BYTES_BY_TYPE[mtype]:
+        raise WireError(f"{mtype} message of {len(data)} bytes exceeds its limit of {MAX_BYTES_BY_TYPE[mtype]}")
+    budget = [MAX_CONTAINERS]
+
+    def count(container):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise WireError(f"more than {MAX_CONTAINERS} maps and arrays in one message")
+        return container
+
     try:
-        obj = msgpack.unpackb(packed, raw=False, strict_map_key=True, ext_hook=_reject_ext)
+        obj = msgpack.unpackb(packed, raw=False, strict_map_key=True, ext_hook=_reject_ext, object_hook=count,
+                              list_hook=count, **DECODE_LIMITS)
     except WireError:
         raise
     except Exception as exc:  # msgpack raises several unrelated types for malformed input
-        raise WireError(f"not a msgpack message: {type(exc).__name__}: {exc}") from None
+        raise WireError(short(f"not a msgpack message: {type(exc).__name__}: {exc}")) from None
     if not isinstance(obj, dict):
         raise WireError(f"envelope must be a map, got {type(obj).__name__}")
     if set(obj) != {"v", "t", "s", "f", "n", "p"}:
@@ -113,20 +137,37 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Envelope:
     return Envelope(obj["t"], obj["s"], obj["f"], obj["n"], obj["p"])
 
 
+def peek_type(packed: bytes) -> str | None:
+    """The message type of an envelope as `encode` lays it out (a map of 6 whose first entries
+    are "v": version and "t": type), read from its first bytes without decoding the rest; None
+    for anything laid out otherwise (the full decode then says what is wrong)."""
+    if packed[:3] != b"\x86\xa1v" or len(packed) < 6 or packed[4:6] != b"\xa1t":
+        return None
+    size = packed[6] - 0xA0 if len(packed) > 6 and 0xA0 <= packed[6] <= 0xBF else -1
+    if size < 0 or len(packed) < 7 + size:
+        return None
+    return packed[7:7 + size].decode("ascii", "replace")
+
+
+def short(reason: str, limit: int = MAX_REASON_CHARS) -> str:
+    """A reason cut to `limit` characters (it may quote what a peer sent)."""
+    return reason if len(reason) <= limit else reason[:limit - 3] + "..."
+
+
 def _validate(mtype, session, sender, seq, payload) -> None:
     if not isinstance(mtype, str) or mtype not in PAYLOADS:
-        raise WireError(f"unknown message type {mtype!r}")
+        raise WireError(short(f"unknown message type {mtype!r}"))
     if not _is_int(session) or not 0 <= session <= MAX_SEQUENCE:
         raise WireError(f"{mtype}: session must be a non-negative integer, got {session!r}")
     if not isinstance(sender, str) or not SENDER_PATTERN.match(sender):
-        raise WireError(f"{mtype}: sender must match {SENDER_PATTERN.pattern}, got {sender!r}")
+        raise WireError(short(f"{mtype}: sender must match {SENDER_PATTERN.pattern}, got {sender!r}"))
     if not _is_int(seq) or not 0 <= seq <= MAX_SEQUENCE:
         raise WireError(f"{mtype}: sequence number must be a non-negative integer, got {seq!r}")
     if not isinstance(payload, dict):
         raise WireError(f"{mtype}: payload must be a map, got {type(payload).__name__}")
     expected = PAYLOADS[mtype]
     if set(payload) != set(expected):
-        raise WireError(f"{mtype}: payload fields must be {sorted(expected)}, got {sorted(map(str, payload))}")
+        raise WireError(short(f"{mtype}: payload fields must be {sorted(expected)}, got {sorted(map(str, payload))}"))
     for name, types in expected.items():
         value = payload[name]
         if types == (int,) and not _is_int(value):

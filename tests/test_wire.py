@@ -105,3 +105,42 @@ def test_raw_scores_codec():
     for body in [b"1234567", "scores", [1.0, 2.0], codec.encode([math.nan])]:
         with pytest.raises(PayloadError):
             codec.decode(body)
+
+
+def test_a_map_bomb_is_refused_before_it_costs_memory():
+    """Issue 36: 8 MiB of empty maps inside a valid envelope decoded to about 590 MiB of Python
+    objects; now the decode stops at MAX_CONTAINERS maps and arrays, in bounded time and memory."""
+    import time
+    import tracemalloc
+    import zlib
+
+    import msgpack
+
+    from protocol.wire import MAX_CONTAINERS, WireError, decode
+
+    bombs = [{}] * (4 * 1024 * 1024)  # packs to about 4 MiB: one byte per empty map
+    packed = msgpack.packb({"v": 1, "t": "response", "s": 1, "f": "site-000", "n": 0,
+                            "p": {"phase": "respond", "body": [bombs[i:i + 65536] for i in range(0, len(bombs), 65536)]}},
+                           use_bin_type=True)
+    data = packed + zlib.crc32(packed).to_bytes(4, "little")
+    tracemalloc.start()
+    began = time.monotonic()
+    with pytest.raises(WireError, match=f"more than {MAX_CONTAINERS} maps and arrays"):
+        decode(data)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.monotonic() - began < 2 and peak < 64 * 2**20
+
+
+def test_a_control_message_is_bounded_by_its_type_before_decoding():
+    import zlib
+
+    import msgpack
+
+    from protocol.wire import MAX_BYTES_BY_TYPE, WireError, decode, short
+
+    packed = msgpack.packb({"v": 1, "t": "join", "s": 1, "f": "site-000", "n": 0,
+                            "p": {"n": 5, "device": "x" * 100_000}}, use_bin_type=True)
+    with pytest.raises(WireError, match=f"join message of .* exceeds its limit of {MAX_BYTES_BY_TYPE['join']}"):
+        decode(packed + zlib.crc32(packed).to_bytes(4, "little"))
+    assert len(short("x" * 10_000)) == 300

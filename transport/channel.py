@@ -79,6 +79,9 @@ KEEPALIVE_PROBES = 9
 #: Connections the kernel holds for ZeroMQ to accept (ZeroMQ's default is 100; thousands of sites
 #: connect at once; the kernel caps it at net.core.somaxconn).
 ACCEPT_BACKLOG = 4096
+#: messages queued per peer before ZeroMQ stops reading from it (TCP backpressure): an honest
+#: peer has at most a few in flight; a flooding one holds at most this many of MAX_MESSAGE_BYTES
+RECEIVE_QUEUE = 16
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -117,6 +120,7 @@ class CoordinatorChannel(_Channel):
         context = context or zmq.Context.instance()
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)  # what one peer can have queued here (issue 36)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sending to a vanished site raises, not drops
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
         for option, value in listener_options(endpoint).items():
@@ -250,6 +254,7 @@ class SiteChannel(_Channel):
         socket.setsockopt(zmq.LINGER, 1000)  # let a last answer leave before exit
         socket.setsockopt(zmq.ROUTING_ID, site_id.encode("utf-8"))
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
+        socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         if keys is not None:
             secure_client(socket, keys)
         socket.connect(endpoint)
