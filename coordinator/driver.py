@@ -411,16 +411,18 @@ class Coordinator:
         """Connection setup (greeting and handshake), once per site (see transport.ledger)."""
         tags = {"phase": "connect", "method": "", "codec": "", "trial": "", "session": ""}
         curve = self.channel.curve
+        # under CURVE a site's DEALER sets no routing id (the key names it: transport.channel)
         self.ledger.record(site=site, direction="up", mtype="handshake",
-                           nbytes=handshake_bytes(curve, "DEALER", site.encode(), client=True), **tags)
+                           nbytes=handshake_bytes(curve, "DEALER", b"" if curve else site.encode(), client=True),
+                           **tags)
         self.ledger.record(site=site, direction="down", mtype="handshake",
                            nbytes=handshake_bytes(curve, "ROUTER", b"", client=False), **tags)
 
     def _check(self, incoming: Incoming) -> str | None:
         envelope = incoming.envelope
-        if self.channel.curve and incoming.user_id != incoming.peer:
-            return (f"connection authenticated as {incoming.user_id!r} sent with routing id "
-                    f"{incoming.peer!r}: a site cannot speak for another")
+        if self.channel.curve and envelope.sender != incoming.peer:
+            return (f"connection authenticated as {incoming.peer!r} (by its key) sent as {envelope.sender!r}: "
+                    f"a site cannot speak for another")
         if envelope.sender != incoming.peer:
             return f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
         if envelope.sender == SHUFFLER_ID:

@@ -118,7 +118,9 @@ def _offer(incoming, open_batches, forwarded, guard: SequenceGuard) -> None:
         if envelope.type not in SITE_TO_SHUFFLER:
             reason = f"message type {envelope.type!r} is not sent to the shuffler"
         elif envelope.sender != incoming.peer:
-            reason = f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
+            reason = (f"connection authenticated as {incoming.peer!r} (by its key) sent as {envelope.sender!r}"
+                      if incoming.user_id else
+                      f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}")
         elif sites_curve_mismatch(incoming):
             reason = f"connection authenticated as {incoming.user_id!r} sent as {incoming.peer!r}"
         elif key in forwarded:  # checked before the sequence: a late message is refused as late

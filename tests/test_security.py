@@ -9,7 +9,7 @@ import zmq
 from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
-from protocol.wire import Envelope, encode
+from protocol.wire import Envelope, decode, encode
 from runner.processes import SiteHosts
 from tests.support import CountingProxy, trial_zero
 from transport.channel import CoordinatorChannel
@@ -28,7 +28,8 @@ def secure_coordinator(tmp_path, events_path=None, ledger=None):
 def dealer(endpoint, routing_id, keys=None):
     socket = zmq.Context.instance().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.ROUTING_ID, routing_id.encode())
+    if routing_id is not None:  # a peer may choose one; under CURVE the coordinator names it by its key
+        socket.setsockopt(zmq.ROUTING_ID, routing_id.encode())
     if keys is not None:
         secure_client(socket, keys)
     socket.connect(endpoint)
@@ -66,9 +67,45 @@ def test_a_site_cannot_speak_for_another(tmp_path):
         impostor.send(hello("site-002"))
         assert coordinator.await_members(["site-000", "site-002"]) == ["site-000"]
         rejected = [row for row in coordinator.ledger.rows if not row["accepted"]]
-        assert [row["site"] for row in rejected] == ["site-002"]
+        assert [row["site"] for row in rejected] == ["site-001"]  # named by its key
         log = (tmp_path / "events.jsonl").read_text()
-        assert "authenticated as 'site-001' sent with routing id 'site-002'" in log
+        assert "authenticated as 'site-001' (by its key) sent as 'site-002'" in log
+    finally:
+        honest.close(0)
+        impostor.close(0)
+        channel.close()
+
+
+@pytest.mark.parametrize("impostor_first", [True, False], ids=["impostor-first", "impostor-after"])
+def test_identity_is_the_key_whoever_connects_first(tmp_path, impostor_first):
+    """Issue 36, point 1: a peer holding site-001's key that calls itself site-002 (routing id
+    and sender), connecting before or after the real site-002: refused naming both, and every
+    message the coordinator sends site-002 reaches the real site-002 and never the impostor."""
+    key_dir, channel, coordinator = secure_coordinator(tmp_path, tmp_path / "events.jsonl")
+
+    def real():
+        socket = dealer(channel.endpoint, None, load_client_keys(key_dir, "site-002"))
+        socket.send(hello("site-002"))
+        return socket
+
+    def fake():
+        socket = dealer(channel.endpoint, "site-002", load_client_keys(key_dir, "site-001"))
+        socket.send(hello("site-002"))
+        return socket
+
+    first = fake() if impostor_first else real()
+    time.sleep(0.3)
+    second = real() if impostor_first else fake()
+    honest, impostor = (second, first) if impostor_first else (first, second)
+    try:
+        assert coordinator.await_members(["site-002"]) == ["site-002"]
+        coordinator.deadlines = Deadlines(hello=1, join=1, respond=1)
+        assert coordinator.channel.send("site-002", "open", 0, {"trial": 0, "seed": 1}) is not None
+        assert honest.poll(3000) and decode(honest.recv()).type == "open"
+        assert not impostor.poll(500)  # nothing meant for site-002 reaches the peer with site-001's key
+        coordinator.await_members(["site-002", "site-003"])  # reads what else came, until the 1 s deadline
+        log = (tmp_path / "events.jsonl").read_text()
+        assert "authenticated as 'site-001' (by its key) sent as 'site-002'" in log
     finally:
         honest.close(0)
         impostor.close(0)

@@ -5,6 +5,15 @@ A channel sends envelopes (numbering them) and receives frames, decoding them in
 With keys it runs CurveZMQ (transport.security); a secure coordinator channel owns its own
 ZeroMQ context, whose ZAP handler admits allow-listed site keys only.
 
+Identity is the key (issue 36). Under CURVE a site does not choose its routing id: its DEALER
+sets none, the ROUTER gives each connection its own, and the coordinator's channel names every
+connection by the site id whose public key authenticated it (ZAP's User-Id) and routes messages
+for that site to the connection that last spoke with that key. A peer holding site-001's key is
+site-001 whatever it calls itself: a message whose sender field names another site is refused
+naming both, and nothing meant for another site can reach it (before, a peer that took the
+routing id `site-002` first received site-002's messages and locked the real site out). In
+plain mode (debugging only) there is no identity but the routing id the peer chose.
+
 The coordinator's channel also watches its connections (ZeroMQ's socket monitor): a peer whose
 connection closes (its process died, was killed, or crashed its sockets shut) or, on another
 machine, whose kernel stops answering TCP keepalive probes is reported in `lost` at once, so
@@ -34,7 +43,7 @@ COORDINATOR_ID = "coordinator"
 
 @dataclass(frozen=True)
 class Incoming:
-    peer: str  # routing identity (at the coordinator) or "coordinator" (at a site)
+    peer: str  # at a ROUTER: the site id its key authenticated (CURVE) or its routing id (plain)
     nbytes: int  # size on the wire (ZMTP frames, see transport.ledger)
     envelope: Envelope | None = None
     reason: str | None = None  # set when the frames could not be accepted
@@ -133,6 +142,7 @@ class CoordinatorChannel(_Channel):
         super().__init__(socket, COORDINATOR_ID, max_bytes, curve=keys is not None)
         self.poller.register(self.monitor, zmq.POLLIN)
         self.lost: list[Lost] = []  # connections lost since the caller last emptied the list
+        self._route: dict[str, bytes] = {}  # CURVE: site id -> routing id of its authenticated connection
         self._peer_of: dict[int, str] = {}  # descriptor -> the peer whose messages came in on it
         self._descriptor_of: dict[str, int] = {}
         self._gone: set[str] = set()  # peers reported lost that have not spoken since
@@ -154,8 +164,11 @@ class CoordinatorChannel(_Channel):
         return self._pack(mtype, session, payload)
 
     def send_raw(self, site: str, frames: list[bytes]) -> int | None:
+        route = self._route.get(site) if self.curve else site.encode("utf-8")
+        if route is None:
+            return None  # under CURVE: no connection has authenticated as this site yet
         try:
-            self.socket.send_multipart([site.encode("utf-8"), *frames], flags=zmq.NOBLOCK)
+            self.socket.send_multipart([route, *frames], flags=zmq.NOBLOCK)
         except zmq.ZMQError:
             return None
         return message_wire_bytes([len(f) for f in frames], self.curve)
@@ -170,9 +183,15 @@ class CoordinatorChannel(_Channel):
             frames = self.socket.recv_multipart(copy=False, flags=zmq.NOBLOCK)
         except zmq.Again:
             return None
-        peer = frames[0].bytes.decode("utf-8", errors="replace")
-        self._remember(frames[-1].get(zmq.SRCFD), peer)
         user_id = frames[1].get("User-Id") if self.curve and len(frames) > 1 else None
+        if self.curve:  # named by the key that authenticated the connection, never by its own choice
+            if not user_id:
+                return Incoming("(unauthenticated)", 0, reason="a connection with no authenticated site id")
+            peer = user_id
+            self._route[peer] = frames[0].bytes
+        else:
+            peer = frames[0].bytes.decode("utf-8", errors="replace")
+        self._remember(frames[-1].get(zmq.SRCFD), peer)
         nbytes = message_wire_bytes([len(f.bytes) for f in frames[1:]], self.curve)
         if len(frames) != 2:
             return Incoming(peer, nbytes, reason=f"expected one message frame, got {len(frames) - 1}",
@@ -252,7 +271,8 @@ class SiteChannel(_Channel):
         context = context or zmq.Context.instance()
         socket = context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 1000)  # let a last answer leave before exit
-        socket.setsockopt(zmq.ROUTING_ID, site_id.encode("utf-8"))
+        if keys is None:  # plain: the routing id is the only name; under CURVE the key is (above)
+            socket.setsockopt(zmq.ROUTING_ID, site_id.encode("utf-8"))
         socket.setsockopt(zmq.MAXMSGSIZE, max_bytes + 4096)
         socket.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         if keys is not None:
