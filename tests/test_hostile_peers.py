@@ -142,3 +142,55 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
     bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
                "central": {"epsilon": 2.0, "delta": 1e-6, "messages": MAX_CLAIMED}})
     assert time.monotonic() - began < 30
+
+
+def test_a_garbage_share_at_the_threshold_ends_the_session_not_the_run():
+    """The issue's case: a secure sum where one holder sends garbage unmask shares and another is
+    silent, so exactly the threshold remains; the server half cannot rebuild the masks, and the
+    session ends with an explained abort instead of an exception through the driver."""
+    import os
+
+    from protocol.methods import RequestError
+    from protocol.noise import PrivacyNoise
+    from protocol.secagg.graph import default_threshold
+
+    rng = np.random.default_rng(3)
+    sites = [f"site-{j}" for j in range(5)]
+    scores = {s: rng.uniform(0, 4, 30) for s in sites}
+    method = METHODS["ddg_quantile"](0.1, epsilon=50.0, bins=BINS, count="exact", dropouts=2,
+                                     on_shortfall="report", secagg={"graph": "full"})
+    halves = {s: type(method).site_for(scores[s], PrivacyNoise(), s, 1) for s in sites}
+    assert default_threshold(4) == 3  # five sites, full graph: the unmask needs 3 holders
+
+    def ask(site, phase, body):
+        encoder, request = CODECS[method.codec].for_site(body)
+        if phase == "unmask" and site in ("site-3", "site-4"):
+            raise RequestError("silent")  # two holders gone: exactly t = 3 remain
+        kind, value = halves[site].answer(phase, request)
+        if phase == "unmask" and site == "site-0":
+            value = {part: {k: os.urandom(len(v)) for k, v in shares.items()} for part, shares in value.items()}
+        return encoder.encode((kind, value))
+
+    outcome = drive(method, {s: 30 for s in sites}, ask, np.random.default_rng(0))
+    assert outcome.status == "aborted" and "secure aggregation" in outcome.reason, outcome.reason
+
+
+def test_the_shuffler_names_a_sealed_message_by_its_key(caplog):
+    """At the shuffler too, a peer holding site-001's key that sends as site-002 is refused
+    naming both (its ROUTER names connections by key, transport.channel)."""
+    import logging
+
+    from protocol.phases import SequenceGuard
+    from protocol.shuffle import ShuffleBatch, sealing_claim
+    from protocol.wire import Envelope
+    from shuffler.driver import _offer
+    from transport.channel import Incoming
+
+    batch = ShuffleBatch(5, "respond", frozenset({"site-001", "site-002"}))
+    envelope = Envelope("sealed", 5, "site-002", 0, {"phase": "respond", "ciphertext": b"x" * 40,
+                                                     "claim": sealing_claim(1, b"k" * 32)})
+    with caplog.at_level(logging.WARNING):
+        _offer(Incoming("site-001", 60, envelope=envelope, user_id="site-001"), {(5, "respond"): (batch, 0.0)}, [],
+               SequenceGuard())
+    assert "authenticated as 'site-001' (by its key) sent as 'site-002'" in caplog.text
+    assert batch.received == {}
