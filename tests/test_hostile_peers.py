@@ -1,6 +1,6 @@
 """Issue 36, point 2: no peer can crash another.
 
-Hypothesis drives every statistics method's coordinator half with adversarial answers (wrong
+Hypothesis drives every method's coordinator half with adversarial answers (wrong
 types, wrong lengths, garbage shares and vectors, duplicates, huge values), through the same
 decode step as the drivers (protocol.inprocess.drive): every session ends in an Outcome, with a
 reason when it is not ok, and no exception escapes. The coordinator drops a site announcing an
@@ -20,11 +20,12 @@ from protocol.codecs import CODECS
 from protocol.inprocess import drive
 from protocol.methods import METHODS, Outcome
 from protocol.methods.base import STATUSES, guarded
+from scenarios.scenario import _validate_method, method_params
 
 BINS = {"lo": 0.0, "hi": 4.0, "count": 16}
-#: every statistics method, as a scenario would set it up (learning methods need a model: their
-#: rounds are driven with crashed and lying sites in tests/test_fedtype*.py)
+#: every method, as a scenario would set it up (its PARAMS defaults filled in by validation)
 SETUPS = {
+    **{name: {"classes": 3} for name in ("local_only", "fedavg", "fedtype", "fedtype_personal", "fml", "fedproto")},
     "fedcp_qq": {}, "fedcp_avg": {}, "centralized": {},
     "fedcp2_qq": {"epsilon": 5.0, "bins": BINS},
     "fedcp2_qq_shuffle": {"epsilon": 5.0, "bins": BINS},
@@ -42,12 +43,13 @@ garbage = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size
                        max_leaves=20)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(sorted(SETUPS)), st.data())
 def test_no_answer_makes_a_coordinator_half_raise(name, data):
     """Each site answers each phase with something adversarial: garbage, a duplicate of another
     site's answer, a huge or non-finite value, or the wrong-length body of a real encoding."""
-    method = METHODS[name](0.1, **SETUPS[name]).for_trial({"score_min": 0.0, "score_max": 4.0})
+    spec = _validate_method(0, {"name": name, **SETUPS[name]})
+    method = METHODS[name](0.1, **method_params(spec)).for_trial({"score_min": 0.0, "score_max": 4.0})
     sizes = {f"site-{j}": data.draw(st.integers(1, 60), label=f"n_{j}") for j in range(4)}
     answered: list = []
 
