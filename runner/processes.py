@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,26 @@ def placement(count: int, spec, cores: int | None = None, available: int | None 
     return Placement(k, processes, f"auto: {count} sites > {cheap} one-site processes on this machine; "
                                    f"{processes} hosts of {k} (two per core for {cores} cores, "
                                    f"at most {SITES_PER_HOST} sites each)")
+
+
+@contextmanager
+def caller_not_reimported():
+    """Start processes without their re-running the caller's script (issue 37): multiprocessing
+    re-imports `__main__` in every child (as `__mp_main__`, from its file or module name), so an
+    unguarded script or notebook export calling `quorum.run` started a coordinator per site.
+    Our children's targets live in this package and need nothing from the caller: while they
+    start, the main module shows no file and no spec, and multiprocessing imports nothing."""
+    main = sys.modules.get("__main__")
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if main is not None and key in main.__dict__}
+    try:
+        if "__file__" in saved:
+            del main.__file__
+        if "__spec__" in saved:
+            main.__spec__ = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
 
 
 def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,
@@ -174,7 +195,8 @@ class ShufflerProcess:
                                              str(key_dir) if key_dir else None, list(site_ids), child))
 
     def start(self, timeout: float = 60.0) -> str:
-        self.process.start()
+        with caller_not_reimported():
+            self.process.start()
         if not self._pipe.poll(timeout):
             self.stop()
             raise RuntimeError(f"the shuffler process did not bind its socket within {timeout:g} s "
@@ -218,8 +240,9 @@ class SiteHosts:
                       shuffler, budget, plugins, policy))
 
     def start(self) -> None:
-        for process in self.processes.values():
-            process.start()
+        with caller_not_reimported():
+            for process in self.processes.values():
+                process.start()
 
     def pids(self) -> dict[str, int]:
         """Process name -> pid."""

@@ -120,3 +120,26 @@ if __name__ == "__main__":
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "1", "True"]
     assert (tmp_path / "out" / "timeline.png").exists()
+
+
+def test_the_readme_snippet_run_verbatim_as_a_script_starts_one_coordinator(tmp_path):
+    """Issue 37, point 1: the README's "From Python" block, unguarded, run as a script: the site
+    processes do not re-run it (one coordinator_start, not one per site); run again into the same
+    directory, it says what to do."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    assert "__main__" not in block  # the snippet as a newcomer copies it: no guard
+    (tmp_path / "scenarios").symlink_to(Path(__file__).resolve().parents[1] / "scenarios")
+    script = tmp_path / "snippet.py"
+    script.write_text(block)
+    env = {"PATH": "/usr/bin:/bin"}
+    first = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr
+    events = (tmp_path / "runs" / "tour-api" / "events.jsonl").read_text()
+    assert events.count('"coordinator_start"') == 1 and '"run_end"' in events
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert again.returncode != 0 and "already holds results.csv; choose another directory, or resume" in again.stderr
