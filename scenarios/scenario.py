@@ -227,6 +227,7 @@ def _cross_checks(s: dict):
         if fault["method"] is not None and fault["method"] not in labels:
             yield ScenarioError(f"faults[{index}].method", "one of the methods' labels: " + ", ".join(labels),
                                 fault["method"])
+        yield from _fault_reach(fault, index, s, labels)
     yield from _policy_checks(s)
     for index, attack in enumerate(s["attacks"]):
         if attack["method"] not in labels:
@@ -278,3 +279,22 @@ def load_site_policy(path: str | Path) -> tuple[dict, dict]:
         raise exc.in_file(str(path)) from None
     budget = spec.pop("budget")
     return spec, budget
+
+
+#: phases every run has besides its methods' own (protocol.phases): announcing and joining
+RUN_PHASES = ("hello", "join")
+
+
+def _fault_reach(fault: dict, index: int, s: dict, labels: list[str]):
+    """A fault rule that could never fire (issue 37): a phase that neither the run nor the methods
+    it names have, named with the valid choices. (A trial beyond the scenario's is not refused:
+    `--trials 2` on a 5-trial scenario, as the README's tour does, leaves later faults unfired.)"""
+    if fault["phase"] is None:
+        return
+    named = [spec for spec in s["methods"] if fault["method"] in (None, spec["label"])]
+    phases = list(RUN_PHASES) + [p for spec in named for p in METHODS[spec["name"]].phases]
+    if fault["phase"] not in phases:
+        shown = list(dict.fromkeys(phases))
+        listed = ", ".join(shown[:12]) + (f", ... ({len(shown)} in all)" if len(shown) > 12 else "")
+        yield ScenarioError(f"faults[{index}].phase", f"a phase of the run or of "
+                            f"{fault['method'] or 'its methods'}: {listed}", fault["phase"])

@@ -145,3 +145,18 @@ def test_a_validated_scenario_validates_again_to_itself(path):
         pytest.skip("the real data sets are not beside the checkout")
     once = load_scenario(path)
     assert validate_scenario(yaml.safe_load(yaml.safe_dump(once))) == once
+
+
+def test_a_fault_phase_that_no_method_has_is_refused_with_the_choices():
+    """Issue 37, point 3: `phase: reponse` validated and silently never fired."""
+    from scenarios.scenario import load_scenario, validate_scenario
+    from specs.schema import ScenarioError
+
+    raw = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "faults-site-crash.yaml")
+    raw["faults"] = [{"action": "crash", "sites": "site-001", "phase": "reponse"},
+                     {"action": "crash", "sites": "site-002", "phase": "mask", "method": "fedcp_qq"}]
+    with pytest.raises(ScenarioError) as caught:
+        validate_scenario(raw)
+    problems = {p.field: str(p) for p in caught.value.problems}
+    assert "hello, join, respond" in problems["faults[0].phase"] and "'reponse'" in problems["faults[0].phase"]
+    assert "a phase of the run or of fedcp_qq" in problems["faults[1].phase"]
