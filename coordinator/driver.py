@@ -223,15 +223,17 @@ class Coordinator:
         self.ledger.context = {"trial": trial, "session": session, "method": label, "codec": other.codec,
                                "phase": phase}
         answers, dropped = self._phase(session, phase, sends, self.deadlines.respond, trial=trial)
-        leaked = 0
+        leaked, unreadable = 0, 0
         for payload in answers.values():
             try:
                 leaked += int(np.size(codec.decode(payload["body"])))
             except (PayloadError, TypeError, ValueError):
-                pass
+                unreadable += 1  # an answer all the same: counted, and said
         self.adversary.observe(record, rule, session, {site: {} for site in sends}, answers, dropped)
         record.finding = (f"asked for {other.name} in a session of {label}: {len(answers)} of {len(sends)} sites "
-                          f"answered ({leaked} values released), {record.refused} refused")
+                          f"answered ({leaked} values released"
+                          f"{f', {unreadable} answers not readable as {other.codec}' if unreadable else ''}), "
+                          f"{record.refused} refused")
         return Outcome.aborted(f"adversarial coordinator ({rule['attack']}): {record.finding}")
 
     # -- one phase ---------------------------------------------------------------------------

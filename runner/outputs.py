@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from transport.security import private_directory
+
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",
                   "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
@@ -33,15 +35,6 @@ ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_me
                  "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",
                  "private_set_size", "eta", "weights_bytes_down", "weights_bytes_up", "private_weights_bytes",
                  "wire_bytes_down", "wire_bytes_up", "dropped"]
-
-
-def private_directory(path: Path) -> Path:
-    """`path`, created (with its parents) and, when new, closed to other users (0700, whatever the
-    umask; issue 36: shards, the model and the accounts were world-readable)."""
-    if not path.exists():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
-    return path
 
 
 class RunDirectory:

@@ -53,15 +53,22 @@ class KeyDirectoryError(PermissionError):
     """A key directory that others could have planted or can read; str(error) says what to do."""
 
 
+def private_directory(path: str | Path) -> Path:
+    """`path`, created (with its parents) when it is new and then closed to other users (mode
+    0700: the umask only takes bits away); an existing one is left as it is."""
+    path = Path(path)
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
 def private_key_directory(directory: str | Path) -> Path:
     """`directory`, created 0700 if it is new; an existing one must be this user's and closed to
     everyone else (issue 36: a keys directory planted by someone else was reused as it was),
     else KeyDirectoryError names the fix."""
     directory = Path(directory)
     if not directory.exists():
-        directory.mkdir(mode=0o700, parents=True)
-        os.chmod(directory, 0o700)  # whatever the umask
-        return directory
+        return private_directory(directory)
     status = directory.stat()
     if status.st_uid != os.getuid():
         raise KeyDirectoryError(f"key directory {directory} belongs to uid {status.st_uid}, not to this user "

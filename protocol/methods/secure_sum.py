@@ -95,8 +95,12 @@ class SecureSumSite(SiteHalf):
             return "masked", (self.client.params.modulus_bits, value)
         return {"advertise": "keys", "share": "shares", "unmask": "unmask"}[phase], value
 
+    def _neighbourhood(self) -> int:
+        """The sites this one can see: itself and the peers the share phase gave it."""
+        return len(getattr(self.client, "peers", None) or {}) + 1
+
     def unseen_claim(self, phase, body):
-        neighbourhood = len(getattr(self.client, "peers", None) or {}) + 1
+        neighbourhood = self._neighbourhood()
         if phase == "unmask" and self.claimed > neighbourhood:
             return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {neighbourhood} sites this "
                     f"site can see (itself and its neighbours): the global count is the coordinator's word")
@@ -104,8 +108,7 @@ class SecureSumSite(SiteHalf):
 
     def _hold_to_claim(self, body) -> None:
         survivors = body.get("survivors") if isinstance(body, dict) else None
-        neighbourhood = len(getattr(self.client, "peers", None) or {}) + 1
-        if self.claimed and isinstance(survivors, list) and self.claimed <= neighbourhood \
+        if self.claimed and isinstance(survivors, list) and self.claimed <= self._neighbourhood() \
                 and len(set(survivors)) < self.claimed:
             raise RequestError(f"only {len(set(survivors))} survivors named where the sum's noise was planned "
                                f"and booked for {self.claimed} inputs: refusing to unmask (the release would be "
