@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from learning.train import SiteData, TrainingConfig, batches
+from quorum.learning.train import SiteData, TrainingConfig, batches
 
 
 def with_embedding(spec: dict, width: int) -> dict:

@@ -10,17 +10,22 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protocol.codecs import CODECS, PayloadError
-from protocol.methods.base import Method, Outcome, RequestError, Send, guarded
-from protocol.shuffle import anonymous_label, secure_permutation
+from quorum.protocol.codecs import PayloadError
+from quorum.protocol.methods.base import Method, Outcome, RequestError, Send, guarded
+from quorum.protocol.shuffle import anonymous_label, secure_permutation
 
-#: ask(site, phase, request body) -> the site's encoded response body (or RequestError)
+#: ask(site, phase, request body) -> the site's response as it goes on the wire: the codec's
+#: *encoded* body (what `Codec.encode` returns, e.g. `codec.encode(half.answer(phase, body))`),
+#: never the site half's plain value; raise RequestError to refuse (the site becomes a dropout)
 Ask = Callable[[str, str, dict], Any]
 
 
 def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Generator) -> Outcome:
-    """Run one session of `method` over the sites in `sizes`, asking each through `ask`;
-    `rng` feeds the coordinator half's own randomness."""
+    """Run one session of `method` over the sites in `sizes` ({site: n_j}), asking each through
+    `ask` and returning the session's Outcome. `ask` receives the request body as the codec wraps
+    it (`Codec.wrap_request`) and returns the encoded response body, which `drive` decodes with the
+    method's codec exactly as the coordinator does (an undecodable body is a dropout). `rng` feeds
+    the coordinator half's own randomness."""
     codec = method.make_codec()
     half = guarded(method.coordinator, dict(sizes), rng)
     step = half if isinstance(half, Outcome) else guarded(half.start)
@@ -54,7 +59,7 @@ def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
     sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
 
     def ask(site, phase, body):  # the site side's encoder (make_codec is the coordinator's decoder)
-        encoder, request = CODECS[method.codec].for_site(body)
+        encoder, request = method.codec_class().for_site(body)
         return encoder.encode(halves[site].answer(phase, request))
 
     return drive(method, sizes, ask, rng_for("coordinator"))

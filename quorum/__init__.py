@@ -9,14 +9,31 @@
     run.timeline(trial=1)                             # timeline.png of trial 1 (and trace.json)
     quorum.plan(alpha=0.1, sites=50, n=20)            # FedCP-QQ's orders and exact coverage
 
-A script that uses the processes backend must guard its top level with
-`if __name__ == "__main__":` (site processes start from a fork server that imports it).
+Site processes never re-run the caller's script, so no `if __name__ == "__main__":` guard is needed.
 """
 
-from quorum.planning import plan
-from quorum.runs import Run, RunDirectoryError, open_run, run, sweep
-from quorum.scenario import Scenario, load_scenario
-from specs.schema import ScenarioError
+from quorum._house import install_finder
 
-__all__ = ["Run", "RunDirectoryError", "Scenario", "ScenarioError", "load_scenario", "open_run", "plan", "run",
-           "sweep"]
+install_finder()  # in a checkout: quorum.protocol, quorum.runner, ... are the folders beside quorum/
+
+# The API loads on first use (PEP 562), so that `import quorum.sites.host` in a site process costs
+# no more than the site needs: the harness (pandas, plotting) is imported only by who calls it.
+_API = {"plan": "quorum.planning", "Run": "quorum.runs", "RunDirectoryError": "quorum.runs",
+        "open_run": "quorum.runs", "run": "quorum.runs", "sweep": "quorum.runs", "Scenario": "quorum.scenario",
+        "load_scenario": "quorum.scenario", "ScenarioError": "quorum.specs.schema"}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'quorum' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from quorum.scenario import Scenario, as_scenario
-from runner.outputs import RunDirectory
+from quorum.runner.outputs import RunDirectory
+from quorum.specs.schema import ScenarioError
 
 
 class RunDirectoryError(ValueError):
@@ -90,7 +91,7 @@ class Run:
     def timeline(self, trial: int | None = None, out: str | Path | None = None) -> Path:
         """Draw `trial`'s timeline (default: the first with a dropout, refusal or fault) to
         `out` (default DIR/timeline.png), rewriting DIR/trace.json; returns the PNG's path."""
-        from runner.study import write_timeline
+        from quorum.runner.study import write_timeline
 
         return write_timeline(self.path, trial, Path(out) if out else None)[1]
 
@@ -121,9 +122,10 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
     run in `out` after its coordinator was killed. progress(trial, label, row): called as each
     session's row is written. external_sites / on_listening: as `run.py coordinator`, for sites
     started by hand; on_listening(endpoint) gets the address actually bound."""
-    from runner.study import run_study
+    from quorum.runner.study import run_study
 
     scenario = as_scenario(scenario)
+    check_backend(scenario, backend)
     out = Path(out) if out is not None else default_directory(scenario.name)
     if resume and not (out / "scenario.yaml").exists():
         raise RunDirectoryError(f"{out} holds no run to resume (no scenario.yaml)")
@@ -134,15 +136,27 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
     return Run(out, summary)
 
 
+def check_backend(scenario: "Scenario", backend: str) -> None:
+    """Refuse, before anything runs, what a backend cannot do: the in-process backend has no site
+    processes for faults (crashes, partitions, kills) or attacks (answers from real sites) to act on."""
+    if backend not in ("processes", "inprocess"):
+        raise ScenarioError("backend", "'processes' or 'inprocess'", backend)
+    for field in ("faults", "attacks"):
+        if backend == "inprocess" and scenario[field]:
+            raise ScenarioError(field, "none with backend='inprocess' (they act on site processes): run with "
+                                f"backend='processes', or override {{'{field}': []}}", f"{len(scenario[field])} rules")
+
+
 def sweep(scenario: "Scenario | dict | str | Path", grid: dict | list, out: str | Path | None = None, *,
           backend: str = "processes", progress=None):
     """Run `scenario` over the product of `grid` ({dotted.key: [values]}, or `key=v1,v2`
     strings as `--grid` takes them) into `out` (default runs/NAME-sweep-TIMESTAMP); returns
     sweep.csv as a DataFrame (one row per combination and method; column `run` names each
     combination's run directory under `out`)."""
-    from runner.sweep import parse_grid, run_sweep
+    from quorum.runner.sweep import parse_grid, run_sweep
 
     scenario = as_scenario(scenario)
+    check_backend(scenario, backend)
     pairs = list(grid.items()) if isinstance(grid, dict) else parse_grid(list(grid))
     pairs = [(key, list(values)) for key, values in pairs]
     out = Path(out) if out is not None else default_directory(scenario.name, "sweep")

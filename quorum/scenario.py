@@ -6,24 +6,29 @@
 
 A Scenario is immutable: `override` returns a new one. It keeps the mapping as written (before
 defaults, which sweeps override) and the validated one (defaults filled in, what runs). Any
-problem raises ScenarioError naming every field at fault (`.problems` lists them).
+problem raises ScenarioError naming every field at fault (`.problems` lists them). An override
+with `*` (`methods.*.epsilon`) sets the field in the methods that have one; `scenario.skipped`
+lists the others (and a UserWarning says so).
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import yaml
 
-from scenarios.scenario import validate_scenario
-from specs.schema import ScenarioError, apply_overrides, read_yaml
+from quorum.scenarios.scenario import override_scenario, validate_scenario
+from quorum.specs.schema import ScenarioError, read_yaml
 
 
 class Scenario:
-    def __init__(self, written: dict, source: str | None = None) -> None:
+    def __init__(self, written: dict, source: str | None = None, skipped: list[str] | None = None) -> None:
         self._written = copy.deepcopy(written)
         self.source = source  # the file it came from, if any
+        #: what `*` overrides left out, e.g. "methods.*.epsilon: skipped methods[1] (centralized has no field 'epsilon')"
+        self.skipped = list(skipped or [])
         try:
             self._spec = validate_scenario(self._written)
         except ScenarioError as exc:
@@ -33,24 +38,27 @@ class Scenario:
     def load(cls, path: str | Path, overrides: dict | list[str] | None = None) -> "Scenario":
         """A scenario file, with overrides ({dotted.key: value}, or `key=value` strings as
         `--set` takes them) applied before validation."""
-        written = read_yaml(path)
+        written, skipped = read_yaml(path), []
         try:
-            written = apply_overrides(written, overrides or [])
+            written = override_scenario(written, overrides or [], skipped)
         except ScenarioError as exc:
             raise exc.in_file(str(path)) from None
-        return cls(written, str(path))
+        return cls(written, str(path), _warned(skipped))
 
     @classmethod
     def from_dict(cls, data: dict, overrides: dict | list[str] | None = None) -> "Scenario":
         """A scenario from a mapping shaped like a scenario file (e.g. a run's scenario.yaml)."""
         if not isinstance(data, dict):
             raise ScenarioError("(top level)", "a mapping of scenario fields", data)
-        return cls(apply_overrides(data, overrides or []))
+        skipped = []
+        written = override_scenario(data, overrides or [], skipped)
+        return cls(written, skipped=_warned(skipped))
 
     def override(self, overrides: dict | list[str]) -> "Scenario":
         """A new scenario with these fields changed, e.g. {"sites.count": 10, "methods.0.epsilon": 2}."""
-        new = Scenario(apply_overrides(self._written, overrides), self.source)
-        return new
+        skipped = []
+        written = override_scenario(self._written, overrides, skipped)
+        return Scenario(written, self.source, _warned(skipped))
 
     def to_dict(self) -> dict:
         """The validated scenario (defaults filled in): what a run directory's scenario.yaml holds."""
@@ -90,3 +98,9 @@ def as_scenario(scenario: "Scenario | dict | str | Path") -> Scenario:
     if isinstance(scenario, dict):
         return Scenario.from_dict(scenario)
     return Scenario.load(scenario)
+
+
+def _warned(skipped: list[str]) -> list[str]:
+    for note in skipped:
+        warnings.warn(note, UserWarning, stacklevel=3)
+    return skipped

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import yaml
 
-from transport.security import private_directory
+from quorum.transport.security import private_directory
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",
                   "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
-                  "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason"]
+                  "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason", "details"]
 ATTACK_COLUMNS = ["trial", "method", "attack", "asked", "answered", "refused", "reasons", "finding"]
 ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_mean", "accuracy_sd", "accuracy_min",
                  "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",

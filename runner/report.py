@@ -42,7 +42,28 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
             **_estimate_summary(finite),
             **_learning_summary(finite),
         }
+        out[method]["averaged_over"] = averaged_over(out[method])
     return out
+
+
+def averaged_over(stats: dict) -> dict[str, str]:
+    """What each aggregate of a method's summary is taken over, in words with its count (so that
+    coverage_mean over the ok trials is not read as the results table's mean over every row)."""
+    ok, trials = stats["ok"], stats["trials"]
+    left_out = trials - ok
+    over_ok = (f"the {ok} trials with status ok (finite threshold); the {left_out} infinite, aborted or "
+               f"shortfall trials are left out (an infinite set covers every point at infinite size)"
+               if left_out else f"all {trials} trials (every one ok)")
+    notes = {}
+    for key in stats:
+        if key.startswith(("coverage_", "size_")) or key in ("p_value_median", "p_value_q25", "reject_rate",
+                                                               "reject_rate_se", "estimate_errors", "accuracy_trial_sd") \
+                or (key.endswith("_mean") and key[:-5] in (*LEARNING_KEYS, "accuracy_site_sd")):
+            notes[key] = over_ok
+    notes["guarantee_mean"] = f"the trials of all {trials} that report a guarantee (ok and infinite)"
+    notes["quantile_error_mean"] = f"the trials of all {trials} that report a quantile error"
+    notes["epsilon_obtained_max"] = f"the largest over the trials of all {trials} that report one"
+    return {key: notes[key] for key in stats if key in notes}
 
 
 LEARNING_KEYS = ("accuracy", "global_accuracy", "proxy_accuracy", "set_coverage")
@@ -142,7 +163,7 @@ def _stat(fn, values):
 def summary_table(summary: dict[str, dict], alpha: float):
     from rich.table import Table
 
-    table = Table(title=f"Per-method results (target coverage {1 - alpha:g})")
+    table = Table(title=f"Per-method results (target coverage {1 - alpha:g}; coverage and size over the ok trials)")
     for column in ("method", "codec", "privacy", "ok/inf/abort", "coverage", "sd", "min", "guarantee",
                    "size", "size median"):
         table.add_column(column, justify="left" if column in ("method", "codec", "privacy") else "right",

@@ -15,29 +15,28 @@ from pathlib import Path
 
 import numpy as np
 
-from coordinator.adversary import Adversary
-from coordinator.events import EventLog
-from data.heterogeneity import shift_response
-from protocol.accounting import Budget
-from protocol.codecs import CODECS
-from protocol.methods import METHODS, Outcome
-from protocol.noise import NOT_PRIVATE
-from protocol.wire import SHUFFLER_ID
-from runner.federation import InProcessFederation, ProcessFederation
-from runner.heterogeneity import HeterogeneityReport
-from runner.outputs import RunDirectory
-from runner.plots import learning_plot, run_plots
-from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
-from runner.report import communication, summarize
-from runner.timeline import draw_timeline
-from runner.trace import Timeline, write_trace
-from scenarios.scenario import method_params
-from sites.storage import remove_trial, write_trial
-from stats.randomness import trial_rng
-from transport.faults import resolve_rules
-from transport.ledger import Ledger, read_ledger
-from transport.security import generate_keys
-from world.trial import TrialWorld, build_trial, site_ids
+from quorum.coordinator.adversary import Adversary
+from quorum.coordinator.events import EventLog
+from quorum.data.heterogeneity import shift_response
+from quorum.protocol.accounting import Budget
+from quorum.protocol.methods import METHODS, Outcome
+from quorum.protocol.noise import NOT_PRIVATE
+from quorum.protocol.wire import SHUFFLER_ID
+from quorum.runner.federation import InProcessFederation, ProcessFederation
+from quorum.runner.heterogeneity import HeterogeneityReport
+from quorum.runner.outputs import RunDirectory
+from quorum.runner.plots import learning_plot, run_plots
+from quorum.runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
+from quorum.runner.report import communication, summarize
+from quorum.runner.timeline import draw_timeline
+from quorum.runner.trace import Timeline, write_trace
+from quorum.scenarios.scenario import method_params
+from quorum.sites.storage import remove_trial, write_trial
+from quorum.stats.randomness import trial_rng
+from quorum.transport.faults import resolve_rules
+from quorum.transport.ledger import Ledger, read_ledger
+from quorum.transport.security import generate_keys
+from quorum.world.trial import TrialWorld, build_trial, site_ids
 
 BACKENDS = ("processes", "inprocess")
 
@@ -97,7 +96,7 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             local_keys = not external_sites and runtime["launcher"]["kind"] == "local"
             key_dir = generate_keys(Path(runtime["keys"]) if runtime["keys"] else rundir.path / "keys",
                                     [*ids, SHUFFLER_ID] if local_keys else [SHUFFLER_ID])
-        shuffled = any(CODECS[method.codec].route == "shuffler" for _, method in methods)
+        shuffled = any(method.codec_class().route == "shuffler" for _, method in methods)
         federation = ProcessFederation(ids, rundir.work, rundir.logs, events, runtime, Ledger(rundir.ledger),
                                        key_dir=key_dir, fault_rules=resolve_rules(scenario["faults"], ids, scenario["seed"], [label for label, _ in methods]),
                                        seed=scenario["seed"], fired=frozenset(fired), local_sites=not external_sites,
@@ -193,7 +192,7 @@ def write_timeline(path: Path, trial: int | None = None, png: Path | None = None
 def _fedcp_qq_orders(scenario: dict):
     """sizes -> the per-site orders of the scenario's FedCP-QQ plan (its first fedcp_qq entry, or
     the default planner), for proposition 3.4; None when no plan reaches 1 - alpha."""
-    from protocol.methods.fedcp_qq import FedCPQQ
+    from quorum.protocol.methods.fedcp_qq import FedCPQQ
 
     spec = next((m for m in scenario["methods"] if m["name"] == "fedcp_qq"), {"name": "fedcp_qq"})
     method = FedCPQQ(scenario["alpha"], **{k: v for k, v in spec.items() if k in ("planner", "dropouts")})
@@ -246,8 +245,38 @@ def _result_row(trial: int, label: str, method, outcome: Outcome, world: TrialWo
         "set_coverage": details.get("set_coverage"),
         "estimates": json.dumps(details["estimates"]) if "estimates" in details else None,
         "estimate_errors": json.dumps(_estimate_errors(details["estimates"], world)) if "estimates" in details else None,
-        "seconds": round(seconds, 6), "reason": reason,
+        "seconds": round(seconds, 6), "reason": reason, "details": extra_details(details),
     }
+
+
+#: Outcome details the harness reads into results.csv's own columns (or rounds.csv, or uses itself)
+READ_DETAILS = {"guarantee", "ell", "k", "answered", "epsilon_obtained", "epsilon_local", "p_value", "statistic",
+                "accuracy", "accuracy_sd", "global_accuracy", "proxy_accuracy", "set_coverage", "estimates",
+                "round_records", "quantile_indices", "included", "top_bin"}
+DETAIL_LIMIT = 1000  # characters of JSON per value in the details column; a longer value is noted, not written
+
+
+def extra_details(details: dict) -> str | None:
+    """A method's other Outcome details (e.g. a plugin's `Outcome.ok(t, width=..., rounds=...)`), as the
+    JSON object of results.csv's `details` column: numbers, strings, lists and maps as JSON (numpy
+    values converted), a value over DETAIL_LIMIT characters replaced by a note of its size. None
+    when there are none."""
+    extra = {}
+    for key in sorted(set(details) - READ_DETAILS):
+        text = json.dumps(details[key], default=_plain, allow_nan=True)
+        extra[key] = json.loads(text) if len(text) <= DETAIL_LIMIT else f"(omitted: {len(text)} characters of JSON)"
+    return json.dumps(extra) if extra else None
+
+
+def _plain(value):
+    """json.dumps fallback: numpy scalars and arrays as Python numbers and lists, anything else as its repr."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value, key=str)
+    return repr(value)
 
 
 def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | None:
@@ -256,7 +285,7 @@ def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | N
     indices = details.get("quantile_indices")
     if not indices:
         return None
-    from stats.ddg import flat_histogram
+    from quorum.stats.ddg import flat_histogram
 
     included = details.get("included") or list(world.site_scores)
     values = np.concatenate([world.site_scores[s] for s in included])

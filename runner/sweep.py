@@ -22,11 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from runner.outputs import RunDirectory
-from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
-from runner.study import run_study
-from scenarios.scenario import validate_scenario
-from specs.schema import ScenarioError, apply_overrides
+from quorum.runner.outputs import RunDirectory
+from quorum.runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
+from quorum.runner.study import run_study
+from quorum.scenarios.scenario import override_scenario, validate_scenario
+from quorum.specs.schema import ScenarioError
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
                  "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",
@@ -75,7 +75,7 @@ def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backen
     combos = list(itertools.product(*[values for _, values in grid]))
     specs = []  # validate every combination before running any
     for combo in combos:
-        specs.append((combo, validate_scenario(apply_overrides(scenario, dict(zip(keys, combo))))))
+        specs.append((combo, validate_scenario(override_scenario(scenario, dict(zip(keys, combo))))))
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for number, (combo, spec) in enumerate(specs, start=1):
@@ -99,12 +99,12 @@ def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backen
                 "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
                 "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),
                 "rounds_per_trial": cost.get("rounds_per_trial"), "info_bits_per_trial": cost.get("info_bits_per_trial"),
-                "overhead_up": cost.get("overhead_up"), "run": name,
+                "overhead_up": cost.get("overhead_up"), "run": str(out / name),
             })
             rows.append(row)
         _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost
     sweep_plots(rows, keys, out)
-    results = {name: RunDirectory(out / name).read_results() for name in {r["run"] for r in rows}}
+    results = {run: RunDirectory(Path(run)).read_results() for run in {r["run"] for r in rows}}
     sweep_boxplots(results, rows, keys, alpha=specs[0][1]["alpha"], out=out)
     sweep_pvalues(results, rows, keys, out)
     return rows

@@ -20,17 +20,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.adversary import ATTACK_FIELDS, attack_problem
-from data.heterogeneity import HETEROGENEITY_FIELDS
-from data.sources import SOURCES
-from data.split import site_sizes
-from models import MODELS
-from protocol.accounting import BUDGET_FIELDS
-from protocol.methods import METHODS
-from protocol.policy import POLICY_FIELDS, SitePolicy
-from specs.plugins import PluginError, is_import_path
-from specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
-from transport.faults import FAULT_FIELDS, check_fault
+from quorum.coordinator.adversary import ATTACK_FIELDS, attack_problem
+from quorum.data.heterogeneity import HETEROGENEITY_FIELDS
+from quorum.data.sources import SOURCES
+from quorum.data.split import site_sizes
+from quorum.models import MODELS
+from quorum.protocol.accounting import BUDGET_FIELDS
+from quorum.protocol.methods import METHODS
+from quorum.protocol.policy import POLICY_FIELDS, SitePolicy
+from quorum.specs.plugins import PluginError, is_import_path
+from quorum.specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
+from quorum.transport.faults import FAULT_FIELDS, check_fault
 
 SCENARIO_FIELDS = {
     "name": {"type": "str"},
@@ -85,12 +85,31 @@ SCENARIO_FIELDS = {
 DEVICES = ["auto", "cpu", "cuda"]
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | dict = ()) -> dict:
-    """Read, override (specs.schema.apply_overrides) and validate a scenario file; errors name
-    the file, field and expectation."""
+def override_scenario(raw: dict, overrides: list[str] | tuple[str, ...] | dict,
+                      skipped: list[str] | None = None) -> dict:
+    """A scenario as written with overrides applied (specs.schema.apply_overrides), where
+    `methods.*.FIELD` sets FIELD in the methods that have it and notes the others in `skipped`."""
+    return apply_overrides(raw, overrides if isinstance(overrides, dict) else list(overrides), _has_field, skipped)
+
+
+def _has_field(path: str, item, field: str) -> bool:
+    """Whether a list item can take `field`: a method only one its class has (PARAMS, name, label)."""
+    if path != "methods" or not isinstance(item, dict):
+        return True
+    try:
+        cls = METHODS.load(item.get("name"))
+    except PluginError:
+        return True  # validation names the unknown method
+    return field in cls.PARAMS or field in ("name", "label")
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | dict = (),
+                  skipped: list[str] | None = None) -> dict:
+    """Read, override (override_scenario) and validate a scenario file; errors name the file,
+    field and expectation."""
     raw = read_yaml(path)
     try:
-        return validate_scenario(apply_overrides(raw, overrides if isinstance(overrides, dict) else list(overrides)))
+        return validate_scenario(override_scenario(raw, overrides, skipped))
     except ScenarioError as exc:
         raise exc.in_file(str(path)) from None
 
@@ -215,7 +234,7 @@ def _cross_checks(s: dict):
     if needed > capacity:
         yield ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
                             f"{split['calibration']:g} x {rows} rows of data)", f"{needed} needed")
-    from world.trial import site_ids
+    from quorum.world.trial import site_ids
 
     ids = site_ids(sites["count"])
     labels = [m["label"] for m in s["methods"]]

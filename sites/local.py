@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
-from protocol.codecs import CODECS, PayloadError
-from protocol.methods import METHODS, RequestError
-from protocol.noise import PrivacyNoise
-from protocol.policy import SitePolicy
-from protocol.shuffle import sealing_claim
-from protocol.sessions import SESSIONS_PER_TRIAL
-from sites.storage import AccountCorrupt, append_account, read_account
-from sites.trials import TrialCache
-from specs.plugins import PluginError
-from stats.randomness import site_rng
+from quorum.protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
+from quorum.protocol.codecs import PayloadError
+from quorum.protocol.methods import METHODS, RequestError
+from quorum.protocol.noise import PrivacyNoise
+from quorum.protocol.policy import SitePolicy
+from quorum.protocol.shuffle import sealing_claim
+from quorum.protocol.sessions import SESSIONS_PER_TRIAL
+from quorum.sites.storage import AccountCorrupt, append_account, read_account
+from quorum.sites.trials import TrialCache
+from quorum.specs.plugins import PluginError
+from quorum.stats.randomness import site_rng
 
 
 class SiteLocal:
@@ -86,7 +86,7 @@ class SiteLocal:
         if phase not in method.phases:
             raise RequestError(f"{method_name} has no phase {phase!r}")
         try:
-            encoder, body = CODECS[method.codec].for_site(body)
+            encoder, body = method.codec_class().for_site(body)
         except PayloadError as exc:
             raise RequestError(str(exc)) from None
         owner = self._owners.setdefault(session, method_name)
@@ -143,7 +143,7 @@ class SiteLocal:
         messages the answer was planned and booked for (1: it stands alone) and the key it was
         sealed to."""
         method = METHODS.get(method_name)
-        encoder, inner = CODECS[method.codec].for_site(body)
+        encoder, inner = method.codec_class().for_site(body)
         spend = method.spend(phase, inner)
         return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
 
@@ -154,7 +154,7 @@ class SiteLocal:
             method = METHODS.get(method_name)
         except PluginError:
             return "direct"  # answer() refuses the request with the reason
-        return CODECS[method.codec].route if method is not None else "direct"
+        return method.codec_class().route if method is not None else "direct"
 
     def close_session(self, session: int) -> None:
         self._halves.pop(session, None)

@@ -51,7 +51,7 @@ def import_object(path: str):
 def subclass_problem(cls: type, base: type) -> str | None:
     """Why `cls` is not a concrete subclass of `base` (None: it is one)."""
     if not issubclass(cls, base):
-        return f"it does not subclass {base.__module__}.{base.__qualname__}"
+        return f"it does not subclass quorum.plugin.{base.__qualname__}"
     if getattr(cls, "__abstractmethods__", None):
         return f"it leaves abstract {sorted(cls.__abstractmethods__)} undefined"
     return None

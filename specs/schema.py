@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -270,11 +270,21 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def apply_overrides(data: dict, overrides: list[str] | dict) -> dict:
+#: accepts(list path, item, field) -> whether `field` can exist in that item of the list (e.g. a
+#: method without an `epsilon` parameter cannot take methods.*.epsilon)
+Accepts = Callable[[str, Any, str], bool]
+
+
+def apply_overrides(data: dict, overrides: list[str] | dict, accepts: Accepts | None = None,
+                    skipped: list[str] | None = None) -> dict:
     """Apply overrides to a copy of `data`: `dotted.key=value` strings (values parsed as YAML,
     as `--set` gives them) or a mapping {dotted.key: value} (values as they are, as the Python
-    API gives them). List items by index, or `*` for every item, e.g. methods.*.epsilon=2."""
+    API gives them). List items by index, or `*` for every item, e.g. methods.*.epsilon=2: then
+    the field is set in every item `accepts` says can have it, and each item left out is noted in
+    `skipped` ("methods.*.epsilon: skipped methods[1] (...)"); no item that can is an error."""
     data = copy.deepcopy(data)
+    accepts = accepts or (lambda path, item, field: True)
+    skipped = [] if skipped is None else skipped
     if isinstance(overrides, dict):
         pairs = [(str(key), copy.deepcopy(value)) for key, value in overrides.items()]
     else:
@@ -285,22 +295,31 @@ def apply_overrides(data: dict, overrides: list[str] | dict) -> dict:
             key, raw = item.split("=", 1)
             pairs.append((key, yaml.safe_load(raw) if raw.strip() else ""))
     for key, value in pairs:
-        _override(data, key.strip().split("."), 0, value, key.strip())
+        _override(data, key.strip().split("."), 0, value, key.strip(), accepts, skipped)
     return data
 
 
-def _override(node, parts: list[str], depth: int, value, key: str) -> None:
+def _override(node, parts: list[str], depth: int, value, key: str, accepts: Accepts, skipped: list[str]) -> None:
     if depth == len(parts) - 1:
         _assign(node, parts[-1], value, key)
         return
     part = parts[depth]
     if part == "*":
+        path = ".".join(parts[:depth])
         if not isinstance(node, list):
             raise ScenarioError(".".join(parts[: depth + 1]), "a list for '*' to range over", node)
-        for child in node:
-            _override(child, parts, depth + 1, value, key)
+        last = depth + 1 == len(parts) - 1  # `*` then the field itself: set it only where it can exist
+        taken = [i for i, child in enumerate(node) if not last or accepts(path, child, parts[-1])]
+        if node and not taken:
+            raise ScenarioError(key, f"a field that at least one item of {path} has")
+        for i, child in enumerate(node):
+            if i in taken:
+                _override(child, parts, depth + 1, value, key, accepts, skipped)
+            else:
+                name = child.get("name") if isinstance(child, dict) else None
+                skipped.append(f"{key}: skipped {path}[{i}]" + (f" ({name} has no field '{parts[-1]}')" if name else ""))
         return
-    _override(_child(node, part, ".".join(parts[: depth + 1])), parts, depth + 1, value, key)
+    _override(_child(node, part, ".".join(parts[: depth + 1])), parts, depth + 1, value, key, accepts, skipped)
 
 
 def _child(node, part, path):

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from runner.processes import SiteHosts
-from world.trial import build_trial
-from scenarios.scenario import load_scenario
-from sites.storage import write_trial
-from transport.channel import CoordinatorChannel, SiteChannel
+from quorum.runner.processes import SiteHosts
+from quorum.world.trial import build_trial
+from quorum.scenarios.scenario import load_scenario
+from quorum.sites.storage import write_trial
+from quorum.transport.channel import CoordinatorChannel, SiteChannel
 
 TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 

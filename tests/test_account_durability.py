@@ -19,17 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.accounting import Budget, SiteAccount, Spend
-from protocol.codecs import CODECS
-from protocol.methods import RequestError
-from sites.local import SiteLocal
-from sites.storage import AccountCorrupt, account_path, append_account, read_account
+from quorum.protocol.accounting import Budget, SiteAccount, Spend
+from quorum.protocol.codecs import CODECS
+from quorum.protocol.methods import RequestError
+from quorum.sites.local import SiteLocal
+from quorum.sites.storage import AccountCorrupt, account_path, append_account, read_account
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = """
 import sys
 sys.path.insert(0, {root!r})
-from sites.storage import append_account
+from quorum.sites.storage import append_account
 i = 0
 while True:
     append_account({work!r}, "site-0", [{{"trial": 0, "session": i, "method": "m", "kind": "dp", "epsilon": 0.1,

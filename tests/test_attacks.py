@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.study import run_study
-from scenarios.scenario import load_scenario, validate_scenario
-from specs.schema import ScenarioError
+from quorum.runner.study import run_study
+from quorum.scenarios.scenario import load_scenario, validate_scenario
+from quorum.specs.schema import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"

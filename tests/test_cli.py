@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stats.orderstats import qq_coverage
+from quorum.stats.orderstats import qq_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,6 +94,8 @@ def test_sweep_writes_one_table_and_plots(tmp_path):
     assert {p.name for p in out.glob("*.png")} == {"cost_vs_sites_count.png", "utility_vs_cost.png",
                                                    "coverage_size.png"}
     assert (out / "sites.count=2" / "ledger.csv").exists()
+    assert [r["run"] for r in rows] == [str(out / "sites.count=2")] * 2 + [str(out / "sites.count=4")] * 2
+    assert "Sweep: coverage and size" in result.stdout and "│ 4 " in result.stdout  # the comparison, printed
     bad = cli("sweep", "tests/scenarios/tiny.yaml", "--grid", "sites.count=2,zero", "--out", str(tmp_path / "x"),
               check=False)
     assert bad.returncode == 2 and "sites.count" in bad.stderr

@@ -8,17 +8,17 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from learning.mutual import mutual_losses
-from learning.nets import get_weights
-from learning.personal import MIXTURE_GRID, label_prior, mixture_accuracy, mixture_weight, shift_by_prior
-from learning.prototypes import (global_prototypes, local_prototypes, nearest_prototype_accuracy, prototype_loss,
+from quorum.learning.mutual import mutual_losses
+from quorum.learning.nets import get_weights
+from quorum.learning.personal import MIXTURE_GRID, label_prior, mixture_accuracy, mixture_weight, shift_by_prior
+from quorum.learning.prototypes import (global_prototypes, local_prototypes, nearest_prototype_accuracy, prototype_loss,
                                  with_embedding)
-from runner.outputs import RunDirectory
-from runner.study import run_study
-from scenarios.scenario import load_scenario
+from quorum.runner.outputs import RunDirectory
+from quorum.runner.study import run_study
+from quorum.scenarios.scenario import load_scenario
 from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
                                      learning_method, run_learning)
-from transport.ledger import read_ledger
+from quorum.transport.ledger import read_ledger
 
 BASELINES = ("fml", "fedproto", "fedtype_personal")
 
@@ -166,7 +166,8 @@ def test_logit_adjusted_cross_entropy_learns_the_same_scores_at_sites_with_diffe
         marginal = (likelihood * prior).sum(1)  # p_i(x)
         z = torch.zeros(points, classes, dtype=torch.float64, requires_grad=True)
         log_prior = torch.as_tensor(np.log(prior))
-        optimizer = torch.optim.LBFGS([z], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14)
+        optimizer = torch.optim.LBFGS([z], max_iter=2000, tolerance_grad=1e-12, tolerance_change=1e-14,
+                                      line_search_fn="strong_wolfe")
 
         def expected_loss():
             optimizer.zero_grad()

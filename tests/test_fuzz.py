@@ -12,12 +12,12 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.driver import Coordinator, Deadlines
-from coordinator.events import EventLog
-from protocol.methods import METHODS
-from protocol.wire import PROTOCOL_VERSION, seal
+from quorum.coordinator.driver import Coordinator, Deadlines
+from quorum.coordinator.events import EventLog
+from quorum.protocol.methods import METHODS
+from quorum.protocol.wire import PROTOCOL_VERSION, seal
 from tests.support import one_live_site, start_fakes, stop_fakes
-from transport.channel import CoordinatorChannel
+from quorum.transport.channel import CoordinatorChannel
 
 EXAMPLES = 10_000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.study import run_study
-from scenarios.scenario import load_scenario
+from quorum.runner.study import run_study
+from quorum.scenarios.scenario import load_scenario
 from tests.test_data import needs_datasets
 
 ROOT = Path(__file__).resolve().parent.parent

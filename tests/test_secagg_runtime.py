@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import yaml
 
-from runner.outputs import RunDirectory
-from runner.study import run_study
-from scenarios.scenario import validate_scenario
-from stats.ddg import bin_edges, flat_histogram, quantile_index
-from world.trial import build_trial
+from quorum.runner.outputs import RunDirectory
+from quorum.runner.study import run_study
+from quorum.scenarios.scenario import validate_scenario
+from quorum.stats.ddg import bin_edges, flat_histogram, quantile_index
+from quorum.world.trial import build_trial
 from tests.support import TINY
 
 BINS = {"count": 16, "lo": 0.0, "hi": 3.0}

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from protocol.accounting import Spend
-from stats.conformal import order_statistic
+from quorum.protocol.accounting import Spend
+from quorum.stats.conformal import order_statistic
 
 #: what a method whose privacy depends on how many sites answer does when fewer answered than
 #: planned: abort before anything is released (default), or release and say so (status "shortfall")
@@ -123,8 +123,11 @@ class SiteHalf(ABC):
 class Method(ABC):
     """A statistical method. Subclasses set `name`, `codec`, `phases`, and optional `PARAMS`.
 
-    PARAMS maps each scenario parameter of the method to (type, default); the scenario loader
-    validates against it and passes the values to __init__ as keyword arguments.
+    PARAMS maps each scenario parameter of the method to its spec (specs.schema: type, default,
+    bounds); the scenario loader validates against it and passes the values to __init__ as keyword
+    arguments. A method built directly (`FedCPQQ(0.1)`, in a test or a notebook) is validated the
+    same way: missing parameters take their defaults, a missing required one or a wrong value is a
+    ScenarioError naming `NAME.FIELD`.
     """
 
     name: ClassVar[str]
@@ -142,18 +145,26 @@ class Method(ABC):
     data: ClassVar[str] = "scores"
 
     def __init__(self, alpha: float, **params: Any) -> None:
+        from quorum.specs.schema import validate
+
         self.alpha = alpha
-        self.params = params
+        self.params = validate({"type": "map", "fields": self.PARAMS}, params, self.name)
 
     @abstractmethod
     def coordinator(self, sizes: Mapping[str, int], rng: np.random.Generator) -> CoordinatorHalf:
         """The coordinator half for one session, given n_j of the sites that joined."""
 
+    @classmethod
+    def codec_class(cls) -> type:
+        """The class of this method's codec, by registered name or import path (imported on first
+        use: the method's own code names it, never a request)."""
+        from quorum.protocol.codecs import CODECS
+
+        return CODECS.load(cls.codec)
+
     def make_codec(self):
         """The coordinator's decoder for this method's responses."""
-        from protocol.codecs import CODECS
-
-        return CODECS[self.codec]()
+        return self.codec_class()()
 
     def for_trial(self, public: Mapping[str, float]) -> "Method":
         """This method with parameters that refer to public per-trial facts resolved (e.g. a

@@ -24,18 +24,18 @@ import math
 
 import numpy as np
 
-from protocol.accounting import MAX_CLAIMED, Spend
-from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
-from protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, resolve_bins
-from protocol.methods.private_bin import bins_from_request
-from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
-from protocol.noise import discrete_gaussian, max_sigma2
-from protocol.secagg.graph import default_degree, default_threshold
-from protocol.secagg.protocol import Aggregate, SecAggParams
-from stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
+from quorum.protocol.accounting import MAX_CLAIMED, Spend
+from quorum.protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
+from quorum.protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, bins_as_spec, resolve_bins
+from quorum.protocol.methods.private_bin import bins_from_request
+from quorum.protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from quorum.protocol.noise import discrete_gaussian, max_sigma2
+from quorum.protocol.secagg.graph import default_degree, default_threshold
+from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
+from quorum.stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
                        hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
                        scaling_for_epsilon, to_ring)
-from stats.dp import Bins
+from quorum.stats.dp import Bins
 
 SECAGG_SPEC = {"type": "map", "fields": {
     "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},
@@ -72,6 +72,7 @@ class DDGQuantile(Method):
                  secagg=None, report_levels=None):
         secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
         report_levels = list(DEFAULT_LEVELS if report_levels is None else report_levels)
+        bins = bins_as_spec(bins)
         super().__init__(alpha, epsilon=epsilon, bins=bins, delta=delta, sigma2=sigma2, histogram=histogram,
                          count=count, accounting=accounting, level=level, modulus_bits=modulus_bits, failure=failure,
                          dropouts=dropouts, on_shortfall=on_shortfall, secagg=secagg, report_levels=report_levels)
@@ -82,8 +83,8 @@ class DDGQuantile(Method):
         self.dropouts, self.secagg, self.report_levels = dropouts, secagg, report_levels
         self.on_shortfall = on_shortfall
         self.bins_spec = bins
-        self.bins = bins if isinstance(bins, Bins) else _maybe_bins(bins)
-        b = bins.count if isinstance(bins, Bins) else bins["count"]
+        self.bins = _maybe_bins(bins)
+        b = bins["count"]
         if self.hierarchical and (b < 2 or b & (b - 1)):
             raise ValueError(f"ddg_quantile: a hierarchical histogram needs bins.count a power of two, got {b}")
 
@@ -101,9 +102,7 @@ class DDGQuantile(Method):
         return (self.bins.lo, self.bins.hi) if isinstance(self.bins, Bins) else None
 
     def make_codec(self):
-        from protocol.codecs import CODECS
-
-        return CODECS[self.codec](self.length())
+        return self.codec_class()(self.length())
 
     def length(self) -> int:
         return 2 * self.bins.count - 2 if self.hierarchical else self.bins.count

@@ -13,12 +13,11 @@ dropouts re-plan k at the adjusted level for the sites that answered, as in FedC
 from __future__ import annotations
 
 
-from protocol.codecs import CODECS
-from protocol.accounting import Spend
-from protocol.methods.base import OneShotMethod, Outcome, Planned
-from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
-from stats.dp import Bins
-from stats.planner import choose_gamma, k_after_dropouts
+from quorum.protocol.accounting import Spend
+from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned
+from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend
+from quorum.stats.dp import Bins
+from quorum.stats.planner import choose_gamma, k_after_dropouts
 
 BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 1, "default": 100},
@@ -38,9 +37,10 @@ class FedCP2QQ(OneShotMethod):
     }
 
     def __init__(self, alpha, epsilon: float, bins: dict | Bins, gamma_grid: int = 50, dropouts: int = 0):
+        bins = bins_as_spec(bins)
         super().__init__(alpha, epsilon=epsilon, bins=bins, gamma_grid=gamma_grid, dropouts=dropouts)
         self.epsilon, self.gamma_grid, self.dropouts = float(epsilon), gamma_grid, dropouts
-        self.bins = bins if isinstance(bins, Bins) else _maybe_bins(bins)
+        self.bins = _maybe_bins(bins)
         self.bins_spec = bins
 
     def for_trial(self, public):
@@ -62,7 +62,7 @@ class FedCP2QQ(OneShotMethod):
         return (self.bins.lo, self.bins.hi) if isinstance(self.bins, Bins) else None
 
     def make_codec(self):
-        return CODECS[self.codec](self._bins().count)
+        return self.codec_class()(self._bins().count)
 
     def plan(self, sizes):
         sites = sorted(sizes)
@@ -111,6 +111,11 @@ class FedCP2QQ(OneShotMethod):
             raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
                              f"resolve them with for_trial()")
         return self.bins
+
+
+def bins_as_spec(bins: dict | Bins) -> dict:
+    """The `bins` parameter as its scenario spec ({lo, hi, count}), also when given as resolved Bins."""
+    return {"lo": bins.lo, "hi": bins.hi, "count": bins.count} if isinstance(bins, Bins) else bins
 
 
 def _maybe_bins(spec: dict) -> Bins | dict:

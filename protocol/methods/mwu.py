@@ -14,13 +14,13 @@ import math
 
 import numpy as np
 
-from protocol.codecs.summary import Summary
-from protocol.accounting import Spend
-from protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
+from quorum.protocol.codecs.summary import Summary
+from quorum.protocol.accounting import Spend
+from quorum.protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
                                    two_sample_groups)
-from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
+from quorum.protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
-from stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
+from quorum.stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
                                t_weighted, u_federated, z_score)
 
 TESTS = ("sum", "weighted", "fisher")

@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
-from protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer
+from quorum.protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from quorum.protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer
 
 
 class SecureSumCoordinator(CoordinatorHalf):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.codecs.base import Codec, PayloadError
+from quorum.protocol.codecs.base import Codec, PayloadError
 
 
 class Count(Codec):

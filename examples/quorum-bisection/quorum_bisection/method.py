@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
-from stats.conformal import split_conformal_order
+from quorum.protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from quorum.stats.conformal import split_conformal_order
 
 MAX_ROUNDS = 60
 

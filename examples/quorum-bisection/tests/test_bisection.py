@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.codecs import CODECS, PayloadError
-from protocol.inprocess import drive, run_session
-from protocol.methods import METHODS, RequestError
+from quorum.protocol.codecs import CODECS, PayloadError
+from quorum.protocol.inprocess import drive, run_session
+from quorum.protocol.methods import METHODS, RequestError
 from quorum_bisection.codec import Count
 from quorum_bisection.method import BisectionCP
-from scenarios.scenario import load_scenario, validate_scenario
-from specs.schema import ScenarioError, read_yaml
-from stats.conformal import split_conformal_order
+from quorum.scenarios.scenario import load_scenario, validate_scenario
+from quorum.specs.schema import ScenarioError, read_yaml
+from quorum.stats.conformal import split_conformal_order
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -115,7 +115,7 @@ def test_a_scenario_can_name_the_class_by_import_path_and_a_bad_path_is_named():
 
 
 def test_over_site_processes_a_site_killed_in_round_5_leaves_a_valid_threshold(tmp_path):
-    from runner.study import run_study
+    from quorum.runner.study import run_study
 
     spec = load_scenario(HERE / "scenario.yaml")
     summary = run_study(spec, tmp_path)
