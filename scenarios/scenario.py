@@ -88,8 +88,35 @@ DEVICES = ["auto", "cpu", "cuda"]
 def override_scenario(raw: dict, overrides: list[str] | tuple[str, ...] | dict,
                       skipped: list[str] | None = None) -> dict:
     """A scenario as written with overrides applied (specs.schema.apply_overrides), where
-    `methods.*.FIELD` sets FIELD in the methods that have it and notes the others in `skipped`."""
-    return apply_overrides(raw, overrides if isinstance(overrides, dict) else list(overrides), _has_field, skipped)
+    `methods.*.FIELD` sets FIELD in the methods that have it and notes the others in `skipped`, and
+    an override of `trials` that shortens the run leaves out the faults and attacks of the trials
+    it removes, noting each (validation refuses, in a file, a rule for a trial it does not run)."""
+    skipped = [] if skipped is None else skipped
+    data = apply_overrides(raw, overrides if isinstance(overrides, dict) else list(overrides), _has_field, skipped)
+    keys = set(overrides) if isinstance(overrides, dict) else {str(o).split("=", 1)[0].strip() for o in overrides}
+    if "trials" in keys and isinstance(data.get("trials"), int):
+        for field in ("faults", "attacks"):
+            if isinstance(data.get(field), list):
+                data[field] = _within_trials(data[field], data["trials"], field, skipped)
+    return data
+
+
+def _within_trials(rules: list, trials: int, field: str, skipped: list[str]) -> list:
+    """The rules of `field` that can still fire in trials 0..trials-1, a rule's later trials cut."""
+    kept = []
+    for index, rule in enumerate(rules):
+        when = rule.get("trials", "all") if isinstance(rule, dict) else "all"
+        wanted = [when] if isinstance(when, int) else when if isinstance(when, list) else None
+        if wanted is None or not all(isinstance(t, int) for t in wanted):
+            kept.append(rule)  # 'all', or malformed: validation names it
+            continue
+        inside = [t for t in wanted if t < trials]
+        if not inside:
+            skipped.append(f"trials={trials}: {field}[{index}] (trials {when}) left out: the run has trials "
+                           f"0..{trials - 1}")
+            continue
+        kept.append(rule if len(inside) == len(wanted) else {**rule, "trials": inside})
+    return kept
 
 
 def _has_field(path: str, item, field: str) -> bool:
@@ -305,9 +332,20 @@ RUN_PHASES = ("hello", "join")
 
 
 def _fault_reach(fault: dict, index: int, s: dict, labels: list[str]):
-    """A fault rule that could never fire (issue 37): a phase that neither the run nor the methods
-    it names have, named with the valid choices. (A trial beyond the scenario's is not refused:
-    `--trials 2` on a 5-trial scenario, as the README's tour does, leaves later faults unfired.)"""
+    """A fault rule that could never fire (issue 37): a trial the run does not have, a fraction of
+    sites that selects none, or a phase that neither the run nor the methods it names have, each
+    named with the valid choices. (`--trials 2` on a 5-trial file leaves later rules out, with a
+    note: override_scenario.)"""
+    trials = fault["trials"]
+    beyond = [t for t in ([trials] if isinstance(trials, int) else trials if isinstance(trials, list) else [])
+              if isinstance(t, int) and t >= s["trials"]]
+    if beyond:
+        yield ScenarioError(f"faults[{index}].trials", f"trials of this run, 0..{s['trials'] - 1}", trials)
+    sites = fault["sites"]
+    if isinstance(sites, dict) and isinstance(sites.get("fraction"), (int, float)) \
+            and 0 < sites["fraction"] and round(sites["fraction"] * s["sites"]["count"]) == 0:
+        yield ScenarioError(f"faults[{index}].sites", f"a fraction that selects at least one of the "
+                            f"{s['sites']['count']} sites (at least {0.5 / s['sites']['count']:.3g})", sites)
     if fault["phase"] is None:
         return
     named = [spec for spec in s["methods"] if fault["method"] in (None, spec["label"])]

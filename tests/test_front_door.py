@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -168,3 +169,28 @@ def test_every_aggregate_says_what_it_averages_over():
     assert over["size_median"] == over["coverage_mean"]
     assert "guarantee" in over["guarantee_mean"] and "4" in over["guarantee_mean"]
     assert {key for key in stats if key.endswith(("_mean", "_std", "_min", "_median"))} <= set(over)
+
+
+@pytest.mark.parametrize("fault, field, expectation", [
+    ({"action": "crash", "sites": "site-001", "phase": "reponse"}, "faults[0].phase", "a phase of the run or of"),
+    ({"action": "crash", "sites": "site-001", "trials": 7}, "faults[0].trials", "trials of this run, 0..1"),
+    ({"action": "crash", "sites": "site-001", "trials": [0, 2]}, "faults[0].trials", "trials of this run, 0..1"),
+    ({"action": "crash", "sites": "site-009"}, "faults[0].sites", "a site id of this scenario"),
+    ({"action": "crash", "sites": {"fraction": 0.1}}, "faults[0].sites", "a fraction that selects at least one of the 4 sites"),
+    ({"action": "crash", "method": "fedcp_q"}, "faults[0].method", "one of the methods' labels"),
+])
+def test_a_fault_that_could_never_fire_is_refused_naming_the_field(fault, field, expectation):
+    with pytest.raises(quorum.ScenarioError, match=rf"field '{re.escape(field)}': expected {re.escape(expectation)}"):
+        quorum.load_scenario(TINY, {"faults": [fault]})
+
+
+def test_fewer_trials_by_override_leave_later_faults_out_and_say_so():
+    crash = ROOT / "scenarios" / "faults-site-crash.yaml"  # crash in trial 1, stragglers in trial 3 of 5
+    with pytest.warns(UserWarning, match=r"trials=2: faults\[1\] \(trials 3\) left out: the run has trials 0\.\.1"):
+        scenario = quorum.load_scenario(crash, {"trials": 2})
+    assert [f["action"] for f in scenario["faults"]] == ["crash"]
+    written = quorum.load_scenario(crash).written()
+    written["faults"][1]["trials"] = [1, 3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert quorum.Scenario.from_dict(written, ["trials=2"])["faults"][1]["trials"] == [1]
