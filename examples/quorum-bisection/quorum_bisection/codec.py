@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from quorum.plugin import Codec, PayloadError
 
 
 class Count(Codec):

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from quorum.protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from quorum.plugin import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
 from quorum.stats.conformal import split_conformal_order
 
 MAX_ROUNDS = 60

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from quorum.protocol.codecs import CODECS, PayloadError
-from quorum.protocol.inprocess import drive, run_session
+from quorum.plugin import drive, run_session
 from quorum.protocol.methods import METHODS, RequestError
 from quorum_bisection.codec import Count
 from quorum_bisection.method import BisectionCP
