@@ -148,4 +148,7 @@ class HeterogeneityReport:
             "spread": float(np.mean(self.spreads)) if self.spreads else None,
             "proposition_34_tv": float(np.mean(self.tvs)) if self.tvs else None,
             "proposition_34_why": None if self.tvs else self.why_not,
+            "averaged_over": {"sites": "each site's y_mean and score_median: the mean over the trials it joined",
+                              "spread": f"the mean over the {len(self.spreads)} trials it was measured in",
+                              "proposition_34_tv": f"the mean over the {len(self.tvs)} trials it was estimated in"},
         }

@@ -103,7 +103,11 @@ def privacy_summary(rows: list[dict], budget: Budget, seeded: bool = False) -> d
             "epsilon_basic_max": max((r["epsilon_basic"] for r in totals), default=None),
             "refused": sum(r["refused"] for r in totals), "reused": sum(r["reused"] for r in totals),
             "kanon_tables_max": max((r["kanon_tables"] for r in totals), default=0),
-            "non_private_max": max((r["non_private"] for r in totals), default=0), **noise}
+            "non_private_max": max((r["non_private"] for r in totals), default=0), **noise,
+            "averaged_over": {"epsilon_composed_max": f"the largest over the {len(totals)} sites that reported, of each "
+                                                      f"site's spend composed over its {budget.scope} scope",
+                              "refused": "a sum over the sites", "reused": "a sum over the sites",
+                              "non_private_max": "the largest over the sites"}}
 
 
 def _cell(value):

@@ -224,6 +224,12 @@ def _cost(rows: list[dict]) -> dict:
         "info_bits_per_trial": bits / trials,
         "overhead_up": (8.0 * total_up / bits) if bits else None,
         "bytes_per_phase_per_trial": {phase: b / trials for phase, b in sorted(phase_bytes.items())},
+        "averaged_over": {
+            "bytes_up_per_site_mean": f"the {len(sites)} (trial, site) pairs that sent or received a message",
+            "bytes_up_per_site_max": f"the largest of the {len(sites)} (trial, site) pairs",
+            "bytes_per_trial": f"the {trials} trials with a message (a sum per trial, then the mean)",
+            "overhead_up": "all trials: 8 x bytes up / information bits sent up",
+        },
     }
 
 

@@ -76,6 +76,12 @@ def test_run_over_processes_gives_the_ledger_and_events(tmp_path):
     assert ledger.query("direction == 'up' and type == 'response'")["site"].nunique() == 4
     assert run.summary["communication"]["fedcp_qq"]["bytes_per_trial"] > 0
     assert "hello" in set(events["event"])
+    # every aggregate says what it is taken over (issue 37)
+    summary = run.summary
+    assert "the 2 trials with a message" in summary["communication"]["fedcp_qq"]["averaged_over"]["bytes_per_trial"]
+    assert "the 4 sites that reported" in summary["privacy"]["averaged_over"]["epsilon_composed_max"]
+    assert "trials" in summary["heterogeneity"]["averaged_over"]["spread"]
+    assert summary["methods"]["fedcp_qq"]["averaged_over"]["coverage_mean"] == "all 2 trials (every one ok)"
 
 
 def test_plan_is_what_the_cli_prints():
