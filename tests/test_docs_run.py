@@ -9,7 +9,7 @@ The line before a fence may say otherwise, or say what a block shows:
     <!-- docs: output of `COMMAND` -->       the block is what COMMAND prints
 
 Commands run from a scratch directory that sees the checkout's scenarios/, examples/ and run.py,
-at small settings (`--trials` at most 2 for `run` and `sweep`); a `$ COMMAND` block's own output
+at small settings (one trial for `run` and `sweep`); a `$ COMMAND` block's own output
 lines, `name=value` words in a command's trailing comment, and a Python line's trailing
 `# prints: TEXT` must be what it prints. An output
 block's shape (table columns, method rows, the lines' leading words) is checked here at small
@@ -119,13 +119,13 @@ def printed(argv: tuple[str, ...]) -> str:
 
 
 def small(argv: list[str]) -> list[str]:
-    """A `run.py run|sweep` command at small settings: at most 2 trials."""
+    """A `run.py run|sweep` command at small settings: one trial."""
     if len(argv) < 3 or argv[1] != "run.py" or argv[2] not in ("run", "sweep"):
         return argv
     if "--trials" in argv:
         at = argv.index("--trials") + 1
-        return argv[:at] + [str(min(int(argv[at]), 2))] + argv[at + 1:]
-    return argv + ["--trials", "2"]
+        return argv[:at] + ["1"] + argv[at + 1:]
+    return argv + ["--trials", "1"]
 
 
 def command_argv(line: str) -> list[str]:
