@@ -21,12 +21,11 @@ import numpy as np
 
 from quorum.coordinator.events import EventLog
 from quorum.protocol.codecs import PayloadError
-from quorum.protocol.methods import Method, Outcome, Send
-from quorum.protocol.methods.base import guarded
+from quorum.protocol.engine import Requests, Session, batch_answers, join_problem
+from quorum.protocol.methods import Method, Outcome
 from quorum.protocol.noise import coordinator_rng
 from quorum.protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from quorum.protocol.sessions import join_session, method_session
-from quorum.protocol.shuffle import anonymous_label
 from quorum.protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from quorum.stats.randomness import site_rng
 from quorum.transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
@@ -64,6 +63,8 @@ class Coordinator:
         self._answer_rows: dict[str, dict] = {}  # the ledger row of each site's accepted answer
         self.disconnected: dict[str, str] = {}  # site -> why its connection was lost (until it speaks again)
         self._newly_lost: list[str] = []
+        #: (trial, label, transcript) of every session, when a test asks for them (None: not kept)
+        self.transcripts: list | None = None
 
     # -- run level ---------------------------------------------------------------------------
 
@@ -101,9 +102,9 @@ class Coordinator:
         sizes = {}
         self.devices = {site: payload["device"] for site, payload in answers.items()}
         for site, payload in sorted(answers.items()):
-            if not 1 <= payload["n"] <= self.max_n:  # the wire makes it an integer; absurd sizes stop here
-                dropped[site] = (f"joined with n={payload['n']} calibration points (accepted: 1 to "
-                                 f"runtime.max_n = {self.max_n})")
+            problem = join_problem(payload["n"], self.max_n)
+            if problem:
+                dropped[site] = problem
                 self.events.write("dropout", site=site, session=session, phase="join", reason=dropped[site])
             else:
                 sizes[site] = payload["n"]
@@ -141,58 +142,59 @@ class Coordinator:
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int],
                    label: str | None = None) -> Outcome:
-        session = method_session(trial, index)
-        codec = method.make_codec()
-        self.events.write("session_start", trial=trial, session=session, method=method.name,
-                          label=label or method.name, sites=len(sizes))
-        rule = self.adversary.rule_for(trial, label or method.name) if self.adversary is not None else None
-        record = self.adversary.start(trial, label or method.name, rule) if rule is not None else None
+        """One session of `method`, run by the session engine (protocol.engine.Session): this
+        driver only moves its requests and answers, keeps the deadline, meters and logs."""
+        session_id = method_session(trial, index)
+        label = label or method.name
+        self.events.write("session_start", trial=trial, session=session_id, method=method.name, label=label,
+                          sites=len(sizes))
+        rule = self.adversary.rule_for(trial, label) if self.adversary is not None else None
+        record = self.adversary.start(trial, label, rule) if rule is not None else None
         if rule is not None:
-            self.events.write("attack", trial=trial, session=session, label=label or method.name, attack=rule["attack"])
+            self.events.write("attack", trial=trial, session=session_id, label=label, attack=rule["attack"])
+        session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
+                                                         self.seeded_noise))
         if rule is not None and rule["attack"] == "forbidden_method":
-            step = self._ask_other(trial, session, label or method.name, rule, record, sizes)
+            step = session.end(self._ask_other(trial, session_id, label, rule, record, sizes))
         else:
-            # whatever the sites announced or sent, a failing half ends this session, not the run
-            half = guarded(method.coordinator, sizes, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
-                                                                      self.seeded_noise))
-            step = half if isinstance(half, Outcome) else guarded(half.start)
-        rounds = 0
-        while isinstance(step, Send):
-            rounds += 1
-            self.ledger.context = {"trial": trial, "session": session, "method": label or method.name,
-                                   "codec": method.codec, "phase": step.phase}
-            self._maybe_die(trial, step.phase, session)
-            requests, minimum = step.requests, step.minimum
+            step = session.start()
+        while isinstance(step, Requests):
+            self.ledger.context = {"trial": trial, "session": session_id, "method": label, "codec": method.codec,
+                                   "phase": step.phase}
+            self._maybe_die(trial, step.phase, session_id)
             if rule is not None:  # the scripted adversarial coordinator (coordinator.adversary)
-                requests, minimum = self.adversary.rewrite(rule, step.phase, requests, minimum, rounds - 1)
-            sends = {site: ("request", {"method": method.name, "phase": step.phase, "body": codec.wrap_request(body)})
-                     for site, body in requests.items()}
-            if codec.route == "shuffler":
-                answers, dropped = self._shuffled_phase(session, step.phase, sends, self.deadlines.respond,
-                                                        trial=trial, minimum=minimum)
+                step = session.ask(*self.adversary.rewrite(rule, step.phase, step.requests, step.minimum,
+                                                           session.rounds - 1))
+            sends = {site: ("request", message) for site, message in step.messages.items()}
+            if step.route == "shuffler":
+                answers, dropped = self._shuffled_phase(session_id, step.phase, sends, self.deadlines.respond,
+                                                        trial=trial, minimum=step.minimum)
             else:
-                answers, dropped = self._phase(session, step.phase, sends, self.deadlines.respond, trial=trial)
-            decoded = {}  # in site-id order, so that methods see the same order in every backend
-            for site, payload in sorted(answers.items()):
-                row = self._answer_rows.get(site) or self._answer_rows.get(SHUFFLER_ID, {})
-                try:
-                    decoded[site] = codec.decode(payload["body"])
-                except PayloadError as exc:
-                    dropped[site] = f"undecodable {codec.name} body: {exc}"
-                    row["accepted"] = 0
-                    self.events.write("rejected", site=site, session=session, phase=step.phase,
-                                      reason=dropped[site])
-                    continue
-                row["info_bits"] = row.get("info_bits", 0) + codec.information_bits(decoded[site])
+                answers, dropped = self._phase(session_id, step.phase, sends, self.deadlines.respond, trial=trial)
+            decoded = session.decode({site: payload["body"] for site, payload in answers.items()})
+            for site, reason in decoded.undecodable.items():
+                self._answer_row(site)["accepted"] = 0
+                self.events.write("rejected", site=site, session=session_id, phase=step.phase, reason=reason)
+            for site, bits in decoded.info_bits.items():
+                row = self._answer_row(site)
+                row["info_bits"] = row.get("info_bits", 0) + bits
             if rule is not None:
-                self._observe_attack(rule, record, session, requests, decoded, dropped)
-                if rule["attack"] == "switch_method" and rounds == 1:
-                    self._ask_other(trial, session, label or method.name, rule, record, sizes)
-            step = guarded(half.advance, step.phase, decoded, dropped)
+                self._observe_attack(rule, record, session_id, step.requests, decoded.values,
+                                     {**dropped, **decoded.undecodable})
+                if rule["attack"] == "switch_method" and session.rounds == 1:
+                    self._ask_other(trial, session_id, label, rule, record, sizes)
+            step = session.advance(decoded, dropped)
+        if self.transcripts is not None:
+            self.transcripts.append((trial, label, session.transcript))
         self.ledger.flush()
-        self.events.write("session_end", trial=trial, session=session, method=method.name,
-                          label=label or method.name, status=step.status, threshold=step.threshold, reason=step.reason, rounds=rounds)
+        self.events.write("session_end", trial=trial, session=session_id, method=method.name, label=label,
+                          status=step.status, threshold=step.threshold, reason=step.reason, rounds=session.rounds)
         return step
+
+    def _answer_row(self, site: str) -> dict:
+        """The ledger row of a site's accepted answer in the phase just run (the batch's row for
+        answers that came through the shuffler)."""
+        return self._answer_rows.get(site) or self._answer_rows.setdefault(SHUFFLER_ID, {})
 
     def _observe_attack(self, rule, record, session, requests, decoded, dropped) -> None:
         self.adversary.observe(record, rule, session, requests, decoded, dropped)
@@ -332,21 +334,12 @@ class Coordinator:
         batch, self._batch = self._batch, None
         for site in answers:  # a site that sent its answer past the shuffler
             dropped[site] = "answered the coordinator directly in a shuffled phase"
-        answers = {}
-        if batch is None:
-            for site in sends:
-                dropped.setdefault(site, f"no batch from the shuffler within {timeout + BATCH_GRACE:g} s")
-        else:
-            p = batch.payload
-            for site, size in p["received"].items():
+        if batch is not None:
+            for site, size in batch.payload["received"].items():
                 self.ledger.record(site=site, direction="up", mtype="sealed", nbytes=int(size))
-            answers = {anonymous_label(i): {"body": body} for i, body in enumerate(p["ciphertexts"])}
-            for site in sends:
-                if p["withheld"] and site in p["senders"]:
-                    dropped.setdefault(site, f"nothing forwarded by the shuffler: {p['withheld']}")
-                elif site not in p["senders"]:
-                    dropped.setdefault(site, f"nothing forwarded by the shuffler: "
-                                             f"{p['refused'].get(site, 'no sealed message by its deadline')}")
+        bodies, lost = batch_answers(batch.payload if batch is not None else None, list(sends), timeout + BATCH_GRACE)
+        answers = {label: {"body": body} for label, body in bodies.items()}
+        dropped = {**lost, **dropped}
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
         return answers, dropped

@@ -1,7 +1,9 @@
-"""Run method sessions with no sockets: the coordinator half talks to the site halves directly.
+"""Run method sessions with no sockets: a short pump over the session engine (protocol.engine).
 
-The same halves and codecs as the multi-process system, including the codec's encode/decode
-round trip (and, for shuffled codecs, the shuffler's permutation), so results agree with it; tests use it to check methods in milliseconds.
+The same Session as the socket driver (codec wrapping and decoding, dropouts, rounds, the
+transcript), the same site halves and codecs, and for shuffled codecs the shuffler's own batch
+(protocol.shuffle.ShuffleBatch: claims checked, a short batch withheld, a fresh permutation), so
+results agree with the multi-process system; tests use it to check methods in milliseconds.
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from quorum.protocol.codecs import PayloadError
-from quorum.protocol.methods.base import Method, Outcome, RequestError, Send, guarded
-from quorum.protocol.shuffle import anonymous_label, secure_permutation
+from quorum.protocol.engine import Requests, Session, batch_answers
+from quorum.protocol.methods.base import Method, Outcome, RequestError
+from quorum.protocol.shuffle import ShuffleBatch
 
 #: ask(site, phase, request body) -> the site's response as it goes on the wire: the codec's
 #: *encoded* body (what `Codec.encode` returns, e.g. `codec.encode(half.answer(phase, body))`),
@@ -20,33 +22,29 @@ from quorum.protocol.shuffle import anonymous_label, secure_permutation
 Ask = Callable[[str, str, dict], Any]
 
 
-def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Generator) -> Outcome:
+def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Generator,
+          session: Session | None = None) -> Outcome:
     """Run one session of `method` over the sites in `sizes` ({site: n_j}), asking each through
     `ask` and returning the session's Outcome. `ask` receives the request body as the codec wraps
-    it (`Codec.wrap_request`) and returns the encoded response body, which `drive` decodes with the
+    it (`Codec.wrap_request`) and returns the encoded response body, which is decoded with the
     method's codec exactly as the coordinator does (an undecodable body is a dropout). `rng` feeds
-    the coordinator half's own randomness."""
-    codec = method.make_codec()
-    half = guarded(method.coordinator, dict(sizes), rng)
-    step = half if isinstance(half, Outcome) else guarded(half.start)
-    while isinstance(step, Send):
+    the coordinator half's own randomness. Pass `session` to keep its transcript."""
+    session = session or Session(method, sizes, rng)
+    step = session.start()
+    while isinstance(step, Requests):
         bodies, dropped = {}, {}
-        for site, body in step.requests.items():
+        for site, message in step.messages.items():
             try:
-                bodies[site] = ask(site, step.phase, codec.wrap_request(body))
+                bodies[site] = ask(site, step.phase, message["body"])
             except RequestError as exc:
                 dropped[site] = f"refused: {exc}"
-        if codec.route == "shuffler":  # what the shuffler process does: permute, strip the senders
-            order = secure_permutation(len(bodies))
-            sealed = list(bodies.values())
-            bodies = {anonymous_label(i): sealed[j] for i, j in enumerate(order)}
-        answers = {}
-        for label, body in bodies.items():
-            try:
-                answers[label] = codec.decode(body)
-            except PayloadError as exc:
-                dropped[label] = f"undecodable {codec.name} body: {exc}"
-        step = guarded(half.advance, step.phase, answers, dropped)
+        if step.route == "shuffler":  # what the shuffler process does: check claims, permute, strip senders
+            batch = ShuffleBatch(0, step.phase, frozenset(bodies), step.minimum)
+            for site, body in bodies.items():
+                batch.offer(site, step.phase, body, claim=method.sealing_claim(step.phase, step.messages[site]["body"]))
+            bodies, lost = batch_answers(batch.forward(), sorted(bodies), 0)
+            dropped = {**lost, **dropped}
+        step = session.advance(session.decode(bodies), dropped)
     return step
 
 

@@ -14,7 +14,8 @@ from quorum.coordinator.driver import Coordinator, Deadlines
 from quorum.coordinator.events import EventLog
 from quorum.protocol.inprocess import drive
 from quorum.protocol.methods import Method, Outcome
-from quorum.protocol.sessions import method_session
+from quorum.protocol.engine import Session, join_problem
+from quorum.protocol.sessions import join_session, method_session
 from quorum.protocol.wire import SHUFFLER_ID
 from quorum.runner.processes import ShufflerProcess, SiteHosts, placement
 from quorum.scenarios.scenario import plugin_paths
@@ -134,6 +135,15 @@ class ProcessFederation:
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         return self.coordinator.run_method(trial, index, method, sizes, label)
 
+    @property
+    def transcripts(self) -> list | None:
+        """(trial, label, transcript) of every session the coordinator ran, when kept."""
+        return self.coordinator.transcripts
+
+    @transcripts.setter
+    def transcripts(self, kept: list | None) -> None:
+        self.coordinator.transcripts = kept
+
     def close(self) -> None:
         self.coordinator.shutdown()
         if self.processes is not None:
@@ -153,39 +163,53 @@ class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
     def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None,
-                 policy: dict | None = None) -> None:
+                 policy: dict | None = None, max_n: int = 10**8) -> None:
         trials = TrialCache(workdir, site_ids)  # the model loaded once per trial for all sites
         self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials, policy=policy) for site in site_ids}
         self.seeded_noise = SitePolicy.from_spec(policy).seeded if policy else False
         self.events = events
         self.ledger = Ledger()
         self.seed = 0
+        self.max_n = max_n  # the largest n_j a site may join with (runtime.max_n)
+        self.transcripts: list | None = None  # (trial, label, transcript) of every session, when kept
 
     def start(self) -> list[str]:
         return list(self.sites)
 
     def open_trial(self, trial: int, seed: int):
+        """The join phase, by the rule the socket driver applies (protocol.engine.join_problem)."""
         self.seed = seed
-        sizes = {site: local.open_trial(trial, seed) for site, local in self.sites.items()}
+        sizes, dropped = {}, {}
+        for site, local in self.sites.items():
+            n = local.open_trial(trial, seed)
+            problem = join_problem(n, self.max_n)
+            if problem:
+                dropped[site] = problem
+                self.events.write("dropout", site=site, session=join_session(trial), phase="join", reason=problem)
+            else:
+                sizes[site] = n
         self.devices = {site: local.device for site, local in self.sites.items()}
-        return sizes, {}
+        return sizes, dropped
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
-        session = method_session(trial, index)
-
-        phases = set()
+        session_id = method_session(trial, index)
 
         def ask(site, phase, body):
-            phases.add(phase)
-            return self.sites[site].answer(session, method.name, phase, body)
+            return self.sites[site].answer(session_id, method.name, phase, body)
 
-        self.events.write("session_start", trial=trial, session=session, method=method.name, label=label,
+        self.events.write("session_start", trial=trial, session=session_id, method=method.name, label=label,
                           sites=len(sizes))
-        outcome = drive(method, sizes, ask, coordinator_rng(site_rng(self.seed, trial, session, COORDINATOR_ID),
-                                                            self.seeded_noise))
-        self.events.write("session_end", trial=trial, session=session, method=method.name, label=label,
+        session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
+                                                         self.seeded_noise))
+        outcome = drive(method, sizes, ask, session.rng, session=session)
+        for record in session.transcript:
+            for site, reason in record.dropped.items():
+                self.events.write("dropout", site=site, session=session_id, phase=record.phase, reason=reason)
+        if self.transcripts is not None:
+            self.transcripts.append((trial, label, session.transcript))
+        self.events.write("session_end", trial=trial, session=session_id, method=method.name, label=label,
                           status=outcome.status, threshold=outcome.threshold, reason=outcome.reason,
-                          rounds=len(phases))
+                          rounds=session.rounds)
         return outcome
 
     def close(self) -> None:

@@ -47,7 +47,7 @@ class ResumeError(ValueError):
 
 def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", progress=None,
               keep_work: bool = False, resume: bool = False, external_sites: bool = False,
-              on_listening=None) -> dict:
+              on_listening=None, transcripts: list | None = None) -> dict:
     """Run `scenario` (already validated) into directory `out`; return the summary.
 
     resume: continue a run directory whose coordinator was killed: trials and methods already
@@ -56,7 +56,8 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
     faults that already fired do not fire again. external_sites: do not start site processes;
     wait for sites started by hand (`run.py site`), which build their own data. on_listening:
     called with the address the coordinator bound (its port chosen when runtime.bind ends in
-    ':*') before any site is awaited.
+    ':*') before any site is awaited. transcripts: a list that gets (trial, label, transcript)
+    of every session (protocol.engine.PhaseRecord), for comparing backends in tests.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
@@ -106,7 +107,9 @@ def run_study(scenario: dict, out: str | Path, *, backend: str = "processes", pr
             on_listening(federation.channel.endpoint)
     else:
         federation = InProcessFederation(ids, rundir.work, events, budget=scenario["sites"]["budget"],
-                                         policy=scenario["sites"]["policy"])
+                                         policy=scenario["sites"]["policy"], max_n=scenario["runtime"]["max_n"])
+    if transcripts is not None:
+        federation.transcripts = transcripts
     started = time.time()
     device = "cpu"
     # where the sites' privacy noise comes from, in words on every results row (protocol.policy)

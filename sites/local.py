@@ -28,7 +28,6 @@ from quorum.protocol.codecs import PayloadError
 from quorum.protocol.methods import METHODS, RequestError
 from quorum.protocol.noise import PrivacyNoise
 from quorum.protocol.policy import SitePolicy
-from quorum.protocol.shuffle import sealing_claim
 from quorum.protocol.sessions import SESSIONS_PER_TRIAL
 from quorum.sites.storage import AccountCorrupt, append_account, read_account
 from quorum.sites.trials import TrialCache
@@ -139,13 +138,8 @@ class SiteLocal:
     @staticmethod
     def sealing_claim(method_name: str, phase: str, body: dict) -> dict:
         """What this site's sealed answer to an (already answered) request claims outside its
-        ciphertext, for the shuffler to check (protocol.shuffle.sealing_claim): the fewest
-        messages the answer was planned and booked for (1: it stands alone) and the key it was
-        sealed to."""
-        method = METHODS.get(method_name)
-        encoder, inner = method.codec_class().for_site(body)
-        spend = method.spend(phase, inner)
-        return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
+        ciphertext (Method.sealing_claim)."""
+        return METHODS.get(method_name).sealing_claim(phase, body)
 
     @staticmethod
     def route(method_name: str) -> str:

@@ -200,6 +200,18 @@ class Method(ABC):
         return Spend("none", model=self.privacy["model"])
 
     @classmethod
+    def sealing_claim(cls, phase: str, body: Mapping[str, Any]) -> dict:
+        """What a site's sealed answer to this request (as wrapped by a shuffled codec) claims
+        outside its ciphertext, for the shuffler to check (protocol.shuffle.sealing_claim): the
+        fewest messages the answer was planned and booked for (1: it stands alone) and the key
+        it was sealed to."""
+        from quorum.protocol.shuffle import sealing_claim
+
+        encoder, inner = cls.codec_class().for_site(body)
+        spend = cls.spend(phase, inner)
+        return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
+
+    @classmethod
     def site_for(cls, scores: np.ndarray, rng: np.random.Generator, site_id: str, session: int) -> SiteHalf:
         """The site half as the drivers build it: methods whose site half must know who and
         where it is (secure aggregation binds its keys to both) override this; others ignore it."""
