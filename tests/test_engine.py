@@ -164,3 +164,17 @@ def test_a_site_joining_with_no_points_is_a_dropout_in_process_too(tmp_path):
     dropouts = run.events.query("event == 'dropout' and phase == 'join'")
     assert len(dropouts) == 4 and dropouts.reason.str.contains("n=40 calibration points").all()
     assert (run.results.status == "aborted").all()
+
+
+def test_no_method_imports_another_methods_private_names():
+    """Shared parts (bins, the secure-sum spec, a decided half) live in one place each (issue 38)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "protocol" / "methods"
+    found = []
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quorum.protocol.methods."):
+                found += [f"{path.name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not found, found

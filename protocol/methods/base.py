@@ -109,6 +109,20 @@ class CoordinatorHalf(ABC):
         """answers: site -> decoded value; dropped: site -> why it did not answer."""
 
 
+class Decided(CoordinatorHalf):
+    """A coordinator half whose outcome is settled before anything is asked (a plan that cannot
+    reach its guarantee, parameters the sites could never serve): it asks nothing."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+    def start(self) -> Step:
+        return self.outcome
+
+    def advance(self, phase, answers, dropped) -> Step:
+        return self.outcome
+
+
 class SiteHalf(ABC):
     @abstractmethod
     def answer(self, phase: str, body: Mapping[str, Any]) -> Any: ...

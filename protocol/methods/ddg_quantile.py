@@ -25,10 +25,10 @@ import math
 import numpy as np
 
 from quorum.protocol.accounting import MAX_CLAIMED, Spend
-from quorum.protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Method, Outcome, RequestError
-from quorum.protocol.methods.fedcp2_qq import BINS_SPEC, _maybe_bins, bins_as_spec, resolve_bins
+from quorum.protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError
+from quorum.protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from quorum.protocol.methods.private_bin import bins_from_request
-from quorum.protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from quorum.protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
 from quorum.protocol.noise import discrete_gaussian, max_sigma2
 from quorum.protocol.secagg.graph import default_degree, default_threshold
 from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
@@ -37,11 +37,6 @@ from quorum.stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, fla
                        scaling_for_epsilon, to_ring)
 from quorum.stats.dp import Bins
 
-SECAGG_SPEC = {"type": "map", "fields": {
-    "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},
-    "degree": {"type": "int", "min": 0, "default": 0},
-    "threshold": {"type": "int", "min": 0, "default": 0},
-}}
 DEFAULT_LEVELS = [round(0.1 * i, 1) for i in range(1, 10)]
 MAX_BINS = 1 << 20
 
@@ -83,7 +78,7 @@ class DDGQuantile(Method):
         self.dropouts, self.secagg, self.report_levels = dropouts, secagg, report_levels
         self.on_shortfall = on_shortfall
         self.bins_spec = bins
-        self.bins = _maybe_bins(bins)
+        self.bins = maybe_bins(bins)
         b = bins["count"]
         if self.hierarchical and (b < 2 or b & (b - 1)):
             raise ValueError(f"ddg_quantile: a hierarchical histogram needs bins.count a power of two, got {b}")
@@ -163,7 +158,7 @@ class DDGQuantile(Method):
         sizes = dict(sizes)
         planned = self.plan(sizes)
         if isinstance(planned, str):
-            return _Refused(Outcome.aborted(planned))
+            return Decided(Outcome.aborted(planned))
         params, public = planned
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, params, public),
@@ -234,15 +229,6 @@ class DDGQuantile(Method):
         return SecureSumSite(site_id, lambda public, params: noisy_histogram(scores, public, params), check_public)
 
 
-class _Refused(CoordinatorHalf):
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-
-    def start(self):
-        return self.outcome
-
-    def advance(self, phase, answers, dropped):
-        return self.outcome
 
 
 def ddg_spend(public) -> Spend:

@@ -15,16 +15,10 @@ from __future__ import annotations
 
 from quorum.protocol.accounting import Spend
 from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned
+from quorum.protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 from quorum.stats.dp import Bins
 from quorum.stats.planner import choose_gamma, k_after_dropouts
-
-BINS_SPEC = {"type": "map", "fields": {
-    "count": {"type": "int", "min": 1, "default": 100},
-    "lo": {"type": "float_or", "choices": ["training"], "default": 0.0},
-    "hi": {"type": "float_or", "choices": ["training"]},
-}}
-
 
 class FedCP2QQ(OneShotMethod):
     name = "fedcp2_qq"
@@ -40,7 +34,7 @@ class FedCP2QQ(OneShotMethod):
         bins = bins_as_spec(bins)
         super().__init__(alpha, epsilon=epsilon, bins=bins, gamma_grid=gamma_grid, dropouts=dropouts)
         self.epsilon, self.gamma_grid, self.dropouts = float(epsilon), gamma_grid, dropouts
-        self.bins = _maybe_bins(bins)
+        self.bins = maybe_bins(bins)
         self.bins_spec = bins
 
     def for_trial(self, public):
@@ -111,22 +105,3 @@ class FedCP2QQ(OneShotMethod):
             raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
                              f"resolve them with for_trial()")
         return self.bins
-
-
-def bins_as_spec(bins: dict | Bins) -> dict:
-    """The `bins` parameter as its scenario spec ({lo, hi, count}), also when given as resolved Bins."""
-    return {"lo": bins.lo, "hi": bins.hi, "count": bins.count} if isinstance(bins, Bins) else bins
-
-
-def _maybe_bins(spec: dict) -> Bins | dict:
-    if spec["lo"] == "training" or spec["hi"] == "training":
-        return spec
-    return Bins(float(spec["lo"]), float(spec["hi"]), int(spec["count"]))
-
-
-def resolve_bins(spec: dict, public) -> Bins:
-    """Bins whose bounds may be 'training': the extreme conformity score on the training split,
-    public to whoever trained the model and never taken from the private calibration data."""
-    lo = public["score_min"] if spec["lo"] == "training" else spec["lo"]
-    hi = public["score_max"] if spec["hi"] == "training" else spec["hi"]
-    return Bins(float(lo), float(hi), int(spec["count"]))

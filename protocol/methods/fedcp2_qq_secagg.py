@@ -20,11 +20,10 @@ import math
 import numpy as np
 
 from quorum.protocol.codecs.secagg_ddg import SecAggDDG
-from quorum.protocol.methods.base import Outcome, RequestError
-from quorum.protocol.methods.ddg_quantile import SECAGG_SPEC, _Refused
+from quorum.protocol.methods.base import Decided, Outcome, RequestError
 from quorum.protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
 from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
-from quorum.protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from quorum.protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
 from quorum.protocol.secagg.graph import default_degree, default_threshold
 from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
 from quorum.protocol.shuffle import anonymous_label
@@ -52,17 +51,17 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
         sizes = dict(sizes)
         m = len(sizes)
         if m < 2:
-            return _Refused(Outcome.aborted(f"secure aggregation needs at least 2 sites, {m} joined"))
+            return Decided(Outcome.aborted(f"secure aggregation needs at least 2 sites, {m} joined"))
         planned = self.plan(sizes)
         if isinstance(planned, Outcome):
-            return _Refused(planned)
+            return Decided(planned)
         bins = self._bins()
         degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
         try:
             params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, degree,
                                   self.secagg["threshold"] or default_threshold(degree))
         except ValueError as exc:
-            return _Refused(Outcome.aborted(f"secure aggregation parameters: {exc}"))
+            return Decided(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))
         public = {"levels": {s: r["level"] for s, r in planned.requests.items()}, "epsilon": first["epsilon"],
                   "bins": bins.as_body(), "central": self.guaranteed(m, params.threshold)}

@@ -23,7 +23,7 @@ from quorum.protocol.codecs import CODECS
 from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
 from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned
 from quorum.protocol.methods.centralized import AllScores
-from quorum.protocol.methods.fedcp2_qq import _maybe_bins, resolve_bins
+from quorum.protocol.methods.bins import maybe_bins, resolve_bins
 from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 from quorum.stats.dp import Bins, private_calibration, private_quantile_bin
 
@@ -40,7 +40,7 @@ class _PrivateCPBase(OneShotMethod):
     def __init__(self, alpha, epsilon: float, bins: dict):
         super().__init__(alpha, epsilon=epsilon, bins=bins)
         self.epsilon, self.bins_spec = float(epsilon), bins
-        resolved = _maybe_bins({**bins, "count": max(bins["count"], 1)})
+        resolved = maybe_bins({**bins, "count": max(bins["count"], 1)})
         self.bounds = (resolved.lo, resolved.hi) if isinstance(resolved, Bins) else None
 
     def for_trial(self, public):

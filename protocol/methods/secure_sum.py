@@ -23,6 +23,14 @@ from quorum.protocol.methods.base import CoordinatorHalf, Outcome, RequestError,
 from quorum.protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer
 
 
+#: the `secagg` parameter of a method that sums through SecAgg+ (its neighbour graph)
+SECAGG_SPEC = {"type": "map", "fields": {
+    "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},
+    "degree": {"type": "int", "min": 0, "default": 0},
+    "threshold": {"type": "int", "min": 0, "default": 0},
+}}
+
+
 class SecureSumCoordinator(CoordinatorHalf):
     def __init__(self, params: SecAggParams, sites: list[str], rng: np.random.Generator,
                  public: dict, finish: Callable[[Aggregate], Outcome],
