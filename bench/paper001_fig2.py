@@ -28,7 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from quorum.data.synthetic import paper001_chi2, paper001_uniform  # noqa: E402
-from quorum.stats.ddg import bin_edges, flat_histogram, quantile_error  # noqa: E402
+from quorum.stats.ddg import flat_histogram, quantile_error  # noqa: E402
+from quorum.stats.dp import Bins  # noqa: E402
 from quorum.protocol.inprocess import run_session  # noqa: E402
 from quorum.protocol.methods import METHODS  # noqa: E402
 
@@ -40,7 +41,7 @@ LEVELS = [round(0.1 * i, 1) for i in range(1, 10)]
 
 
 def worst_error(values: np.ndarray, outcome, b: int) -> float:
-    cdf = np.cumsum(flat_histogram(values, bin_edges(0.0, 10.0, b))) / values.size
+    cdf = np.cumsum(flat_histogram(values, Bins(0.0, 10.0, b).edges)) / values.size
     return max(quantile_error(cdf, j, float(p)) for p, j in outcome.details["quantile_indices"].items())
 
 

@@ -95,7 +95,7 @@ class RunDirectory:
             writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
             if new:
                 writer.writeheader()
-            writer.writerow({key: _cell(row.get(key)) for key in RESULT_COLUMNS})
+            writer.writerow({key: csv_cell(row.get(key)) for key in RESULT_COLUMNS})
             handle.flush()
             os.fsync(handle.fileno())
 
@@ -106,7 +106,7 @@ class RunDirectory:
             writer = csv.DictWriter(handle, fieldnames=ROUND_COLUMNS, extrasaction="ignore")
             if new:
                 writer.writeheader()
-            writer.writerows({key: _cell(row.get(key)) for key in ROUND_COLUMNS} for row in rows)
+            writer.writerows({key: csv_cell(row.get(key)) for key in ROUND_COLUMNS} for row in rows)
             handle.flush()
             os.fsync(handle.fileno())
 
@@ -126,7 +126,7 @@ class RunDirectory:
         with open(self.attacks, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=ATTACK_COLUMNS)
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows({key: csv_cell(row.get(key)) for key in ATTACK_COLUMNS} for row in rows)
 
     def write_summary(self, summary: dict) -> None:
         tmp = self.summary.with_suffix(".tmp")
@@ -134,7 +134,9 @@ class RunDirectory:
         os.replace(tmp, self.summary)
 
 
-def _cell(value):
+def csv_cell(value):
+    """One CSV cell, the one formatter of every table Quorum writes: None empty, numpy scalars as
+    numbers, floats by repr (full precision), nan, inf and -inf as words."""
     if value is None:
         return ""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):

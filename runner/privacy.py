@@ -22,6 +22,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from quorum.runner.outputs import csv_cell
 from quorum.protocol.accounting import Budget, SiteAccount, basic_composition
 from quorum.protocol.noise import NOT_PRIVATE
 from quorum.protocol.sessions import method_session
@@ -85,7 +86,7 @@ def write_privacy(path: Path, rows: list[dict]) -> None:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _cell(row[k]) for k in COLUMNS})
+            writer.writerow({k: csv_cell(row[k]) for k in COLUMNS})
 
 
 def privacy_summary(rows: list[dict], budget: Budget, seeded: bool = False) -> dict:
@@ -108,12 +109,6 @@ def privacy_summary(rows: list[dict], budget: Budget, seeded: bool = False) -> d
                                                       f"site's spend composed over its {budget.scope} scope",
                               "refused": "a sum over the sites", "reused": "a sum over the sites",
                               "non_private_max": "the largest over the sites"}}
-
-
-def _cell(value):
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else "inf"
-    return value
 
 
 def privacy_line(section: dict) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from quorum.runner.outputs import RunDirectory
+from quorum.runner.outputs import RunDirectory, csv_cell
 from quorum.runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
 from quorum.runner.study import run_study
 from quorum.scenarios.scenario import override_scenario, validate_scenario
@@ -115,5 +115,5 @@ def _write(path: Path, keys: list[str], rows: list[dict]) -> None:
     with open(tmp, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=keys + SWEEP_COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: csv_cell(row.get(key)) for key in keys + SWEEP_COLUMNS} for row in rows)
     tmp.replace(path)

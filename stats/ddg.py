@@ -168,11 +168,6 @@ def ring_bits_required(c: int, values: int, sites: int, sigma2: float, bins: int
 # -- histograms and quantiles ------------------------------------------------------------------
 
 
-def bin_edges(lo: float, hi: float, bins: int) -> np.ndarray:
-    """l_0 < ... < l_b: a uniform discretization of [lo, hi] (paper 001 section 4)."""
-    return np.linspace(lo, hi, bins + 1)
-
-
 def flat_histogram(values, edges: np.ndarray) -> np.ndarray:
     """Algorithm 1 line 1: counts of I(l_{j-1} <= value < l_j), j = 1..b; values are clipped to
     [l_0, l_b] and the top edge l_b itself counts in the last bin."""

@@ -43,6 +43,8 @@ class Bins:
 
     @property
     def edges(self) -> np.ndarray:
+        """e_0 < ... < e_B, uniform on [lo, hi]: the one bin-edge definition of Quorum (paper 000's
+        bins here; paper 001's uniform discretization l_0 < ... < l_b of section 4 is the same)."""
         return np.linspace(self.lo, self.hi, self.count + 1)
 
     def right_edge(self, index: int) -> float:

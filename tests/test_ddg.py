@@ -15,7 +15,8 @@ from quorum.protocol.inprocess import run_session
 from quorum.protocol.methods import METHODS, RequestError
 from quorum.protocol.methods.ddg_quantile import check_public
 from quorum.protocol.noise import discrete_gaussian, max_sigma2
-from quorum.stats.ddg import (bin_edges, ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
+from quorum.stats.dp import Bins
+from quorum.stats.ddg import (ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
                        hierarchical_cumulative, hierarchical_from_flat, histogram_concentrated_epsilon,
                        histogram_epsilon, histogram_sensitivities, psi, quantile_error, quantile_index,
                        ring_bits_required, scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
@@ -162,7 +163,7 @@ def test_dyadic_partition_covers_exactly():
 def test_histograms_cdfs_and_the_quantile_index():
     rng = np.random.default_rng(0)
     values = rng.uniform(0, 10, 500)
-    edges = bin_edges(0, 10, 16)
+    edges = Bins(0, 10, 16).edges
     flat = flat_histogram(values, edges)
     assert flat.sum() == 500
     assert flat_histogram([10.0, 0.0], edges).tolist() == [1] + [0] * 14 + [1]
@@ -190,10 +191,10 @@ def test_weak_privacy_recovers_the_noiseless_quantile(histogram, count):
                       histogram=histogram, count=count)
     assert outcome.status == "ok", outcome.reason
     pooled = np.concatenate(list(sites.values()))
-    f = np.cumsum(flat_histogram(pooled, bin_edges(0, 10, 16))) / pooled.size
+    f = np.cumsum(flat_histogram(pooled, Bins(0, 10, 16).edges)) / pooled.size
     level = outcome.details["level"]
     assert outcome.details["bin"] == quantile_index(f, level)
-    assert outcome.threshold == bin_edges(0, 10, 16)[quantile_index(f, level)]
+    assert outcome.threshold == Bins(0, 10, 16).edges[quantile_index(f, level)]
     assert outcome.details["epsilon_obtained"] <= 2000.0 and not outcome.details["privacy_shortfall"]
 
 

@@ -10,7 +10,8 @@ import yaml
 from quorum.runner.outputs import RunDirectory
 from quorum.runner.study import run_study
 from quorum.scenarios.scenario import validate_scenario
-from quorum.stats.ddg import bin_edges, flat_histogram, quantile_index
+from quorum.stats.dp import Bins
+from quorum.stats.ddg import flat_histogram, quantile_index
 from quorum.world.trial import build_trial
 from tests.support import TINY
 
@@ -35,7 +36,7 @@ def scenario(faults, **method) -> dict:
 def noiseless_threshold(spec, included):
     world = build_trial(spec, 0)
     values = np.concatenate([world.site_scores[s] for s in included])
-    edges = bin_edges(BINS["lo"], BINS["hi"], BINS["count"])
+    edges = Bins(BINS["lo"], BINS["hi"], BINS["count"]).edges
     cdf = np.cumsum(flat_histogram(values, edges)) / values.size
     level = min(1.0, np.ceil(0.9 * (values.size + 1)) / values.size)
     return edges[quantile_index(cdf, level)]

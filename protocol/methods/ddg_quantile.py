@@ -32,7 +32,7 @@ from quorum.protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator
 from quorum.protocol.noise import discrete_gaussian, max_sigma2
 from quorum.protocol.secagg.graph import default_degree, default_threshold
 from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
-from quorum.stats.ddg import (ACCOUNTING, bin_edges, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
+from quorum.stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
                        hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
                        scaling_for_epsilon, to_ring)
 from quorum.stats.dp import Bins
@@ -277,7 +277,7 @@ def check_public(public) -> Spend:
 def noisy_histogram(scores, public, params: SecAggParams) -> np.ndarray:
     """Algorithm 1 / 2, lines 1-2, at one site: (c x + xi) mod M, xi ~ N_Z(0, sigma^2) per entry."""
     bins = public["bins"]
-    edges = bin_edges(float(bins["lo"]), float(bins["hi"]), bins["count"])
+    edges = Bins(float(bins["lo"]), float(bins["hi"]), bins["count"]).edges
     counts = hierarchical_histogram(scores, edges) if public["histogram"] == "hierarchical" else flat_histogram(scores, edges)
     if counts.size != params.length:
         raise RequestError(f"my histogram has {counts.size} entries, the session expects {params.length}")
