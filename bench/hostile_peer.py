@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from quorum.coordinator.driver import Coordinator, Deadlines  # noqa: E402
 from quorum.coordinator.events import EventLog  # noqa: E402
 from quorum.protocol.methods import METHODS  # noqa: E402
-from quorum.transport.channel import CoordinatorChannel, SiteChannel  # noqa: E402
+from quorum.transport.channel import RouterChannel, DealerChannel  # noqa: E402
 from quorum.transport.security import generate_keys, load_client_keys, load_server_keys  # noqa: E402
 
 HOSTILE = "site-hostile"
@@ -45,7 +45,7 @@ def honest_site(endpoint: str, site_id: str, keys, stop: threading.Event) -> Non
     import zmq
 
     scores = np.random.default_rng(int(site_id[-3:])).standard_normal(40)
-    channel = SiteChannel(endpoint, site_id, keys=keys, context=zmq.Context.instance())
+    channel = DealerChannel(endpoint, site_id, keys=keys, context=zmq.Context.instance())
     channel.send("hello", 0, {"pid": 1})
     while not stop.is_set():
         incoming = channel.receive(0.05)
@@ -104,7 +104,7 @@ def one_run(hostile: bool, sites: int, sessions: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix="hostile-"))
     ids = [f"site-{j:03d}" for j in range(sites)]
     keys = generate_keys(work / "keys", [*ids, HOSTILE])
-    channel = CoordinatorChannel("tcp://127.0.0.1:*", keys=load_server_keys(keys, [*ids, HOSTILE]))
+    channel = RouterChannel("tcp://127.0.0.1:*", keys=load_server_keys(keys, [*ids, HOSTILE]))
     events = EventLog(work / "events.jsonl")
     coordinator = Coordinator(channel, events, Deadlines(hello=30, join=30, respond=30))
     stop = threading.Event()

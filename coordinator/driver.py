@@ -28,7 +28,7 @@ from quorum.protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from quorum.protocol.sessions import join_session, method_session
 from quorum.protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from quorum.stats.randomness import site_rng
-from quorum.transport.channel import COORDINATOR_ID, CoordinatorChannel, Incoming
+from quorum.transport.channel import COORDINATOR_ID, RouterChannel, Incoming
 from quorum.transport.faults import FaultInjector, kill_self
 from quorum.transport.ledger import Ledger, handshake_bytes
 from quorum.transport.outbox import Outbox
@@ -45,7 +45,7 @@ class Deadlines:
 
 
 class Coordinator:
-    def __init__(self, channel: CoordinatorChannel, events: EventLog, deadlines: Deadlines,
+    def __init__(self, channel: RouterChannel, events: EventLog, deadlines: Deadlines,
                  ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None,
                  seeded_noise: bool = False, max_n: int = 10**8) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines

@@ -23,7 +23,7 @@ from quorum.sites.host import descriptors_needed, raise_open_files
 from quorum.sites.local import SiteLocal
 from quorum.sites.trials import TrialCache
 from quorum.stats.randomness import site_rng
-from quorum.transport.channel import COORDINATOR_ID, CoordinatorChannel
+from quorum.transport.channel import COORDINATOR_ID, RouterChannel
 from quorum.transport.faults import FaultInjector
 from quorum.transport.ledger import Ledger
 from quorum.transport.security import load_server_keys, write_public_key
@@ -59,7 +59,7 @@ class ProcessFederation:
         # Ray hosts make their sites' key pairs when they start (allowed then, in start())
         keys = load_server_keys(key_dir, [SHUFFLER_ID] if on_ray else [*site_ids, SHUFFLER_ID]) if key_dir else None
         self._key_dir = key_dir
-        self.channel = CoordinatorChannel(bind, keys=keys)
+        self.channel = RouterChannel(bind, keys=keys)
         faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
         self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
                                        adversary=adversary,

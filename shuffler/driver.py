@@ -24,7 +24,7 @@ import zmq
 from quorum.protocol.phases import SequenceGuard
 from quorum.protocol.shuffle import ShuffleBatch
 from quorum.protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
-from quorum.transport.channel import CoordinatorChannel, SiteChannel, orphaned
+from quorum.transport.channel import RouterChannel, DealerChannel, orphaned
 from quorum.transport.security import ClientKeys, ServerKeys
 
 log = logging.getLogger("quorum.shuffler")
@@ -35,8 +35,8 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
           client_keys: ClientKeys | None = None, parent_alive=None, idle_timeout: float | None = None) -> int:
     """Serve until the coordinator says shutdown. on_bound(endpoint) is called once the sites'
     socket is bound (the launcher passes the endpoint on to the sites)."""
-    sites = CoordinatorChannel(bind, keys=server_keys)
-    upstream = SiteChannel(coordinator_endpoint, SHUFFLER_ID, keys=client_keys)
+    sites = RouterChannel(bind, keys=server_keys)
+    upstream = DealerChannel(coordinator_endpoint, SHUFFLER_ID, keys=client_keys)
     if on_bound is not None:
         on_bound(sites.endpoint)
     upstream.send("hello", 0, {"pid": os.getpid()})

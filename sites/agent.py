@@ -31,7 +31,7 @@ from quorum.protocol.sessions import SESSIONS_PER_TRIAL
 from quorum.protocol.wire import COORDINATOR_TO_SITE
 from quorum.sites.local import SiteLocal
 from quorum.sites.trials import TrialCache
-from quorum.transport.channel import SiteChannel
+from quorum.transport.channel import DealerChannel
 from quorum.transport.faults import FaultInjector, kill_self
 from quorum.transport.outbox import Outbox
 from quorum.transport.security import ClientKeys
@@ -44,12 +44,12 @@ class SiteAgent:
                  on_crash=None) -> None:
         self.site_id, self.faults, self.on_crash = site_id, faults, on_crash
         self.log = logging.getLogger(f"quorum.site.{site_id}")
-        self.channel = SiteChannel(endpoint, site_id, keys=keys, context=context)
+        self.channel = DealerChannel(endpoint, site_id, keys=keys, context=context)
         self.local = SiteLocal(site_id, workdir, budget=budget, trials=trials, policy=policy)
         self.outbox = Outbox(lambda peer, data: self.channel.send_raw([data]) or 0, faults)
         self.to_shuffler = None
         if shuffler is not None:
-            shuffle_channel = SiteChannel(shuffler, site_id, keys=shuffler_keys, context=context)
+            shuffle_channel = DealerChannel(shuffler, site_id, keys=shuffler_keys, context=context)
             self.to_shuffler = (shuffle_channel,
                                 Outbox(lambda peer, data: shuffle_channel.send_raw([data]) or 0, faults))
         self.guard = SequenceGuard()

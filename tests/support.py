@@ -16,7 +16,7 @@ from quorum.runner.processes import SiteHosts
 from quorum.world.trial import build_trial
 from quorum.scenarios.scenario import load_scenario
 from quorum.sites.storage import write_trial
-from quorum.transport.channel import CoordinatorChannel, SiteChannel
+from quorum.transport.channel import RouterChannel, DealerChannel
 
 TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 
@@ -34,7 +34,7 @@ def one_live_site(workdir: Path, host_mates: int = 0):
     started site process (with `host_mates` more sites in the same host process):
     (scenario, world, channel, processes)."""
     scenario, world = trial_zero(workdir)
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     sites = [f"site-{i:03d}" for i in range(1 + host_mates)]
     processes = SiteHosts(sites, channel.endpoint, workdir, workdir, sites_per_process=len(sites),
                           policy={"non_private": "allow"})  # the tests' site operator allows raw answers
@@ -52,7 +52,7 @@ class FakeSite(threading.Thread):
         self.stop = threading.Event()
 
     def run(self):
-        channel = SiteChannel(self.endpoint, self.site_id, context=zmq.Context.instance())
+        channel = DealerChannel(self.endpoint, self.site_id, context=zmq.Context.instance())
         channel.send("hello", 0, {"pid": os.getpid()})
         while not self.stop.is_set():
             incoming = channel.receive(0.05)

@@ -17,7 +17,7 @@ from quorum.coordinator.events import EventLog
 from quorum.protocol.methods import METHODS
 from quorum.protocol.wire import PROTOCOL_VERSION, seal
 from tests.support import one_live_site, start_fakes, stop_fakes
-from quorum.transport.channel import CoordinatorChannel
+from quorum.transport.channel import RouterChannel
 
 EXAMPLES = 10_000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -54,7 +54,7 @@ def malformed(types):
 
 
 def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=10, join=10, respond=5))
     rogue = zmq.Context.instance().socket(zmq.DEALER)
     rogue.setsockopt(zmq.ROUTING_ID, b"site-9")  # an id the fuzzed envelopes also use, not a real site's

@@ -94,9 +94,9 @@ def test_the_coordinator_drops_a_site_announcing_an_absurd_n_at_join(tmp_path):
     from quorum.coordinator.driver import Coordinator, Deadlines
     from quorum.coordinator.events import EventLog
     from tests.support import FakeSite, stop_fakes
-    from quorum.transport.channel import CoordinatorChannel
+    from quorum.transport.channel import RouterChannel
 
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=5),
                               max_n=1_000_000)
     rng = np.random.default_rng(1)

@@ -197,14 +197,14 @@ def test_a_thousand_sites_leaving_at_once_never_block_the_coordinator():
 
     import zmq
 
-    from quorum.transport.channel import CoordinatorChannel, SiteChannel
+    from quorum.transport.channel import RouterChannel, DealerChannel
 
     n = 1200
     host_module.raise_open_files(host_module.descriptors_needed(n, per_socket=4), "this test")
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, 2 * n)
-    sites = [SiteChannel(channel.endpoint, f"site-{i:04d}", context=context) for i in range(n)]
+    sites = [DealerChannel(channel.endpoint, f"site-{i:04d}", context=context) for i in range(n)]
     for site in sites:
         site.send("hello", 0, {"pid": 1})
     heard = 0
@@ -242,7 +242,7 @@ def test_keepalive_probes_peers_on_other_machines_only_and_tolerates_lost_probes
     assert remote[zmq.TCP_KEEPALIVE] == 1 and remote[zmq.TCP_KEEPALIVE_CNT] >= 9
     assert (remote[zmq.TCP_KEEPALIVE_IDLE], remote[zmq.TCP_KEEPALIVE_INTVL]) == (30, 10)
     assert transport.listener_options("tcp://127.0.0.1:5555")[zmq.TCP_KEEPALIVE] == 0
-    coordinator = transport.CoordinatorChannel("tcp://127.0.0.1:*")  # the options reach the socket
+    coordinator = transport.RouterChannel("tcp://127.0.0.1:*")  # the options reach the socket
     try:
         socket = coordinator.socket
         assert socket.getsockopt(zmq.HEARTBEAT_IVL) == 0 and socket.getsockopt(zmq.HEARTBEAT_TIMEOUT) == -1
@@ -258,10 +258,10 @@ def test_a_launcher_reports_lost_sites_from_another_thread_waking_the_coordinato
     connection or the report comes first; one that speaks again can be lost again."""
     import threading
 
-    from quorum.transport.channel import CoordinatorChannel, SiteChannel
+    from quorum.transport.channel import RouterChannel, DealerChannel
 
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
-    sites = {name: SiteChannel(channel.endpoint, name) for name in ("site-a", "site-b", "site-c")}
+    channel = RouterChannel("tcp://127.0.0.1:*")
+    sites = {name: DealerChannel(channel.endpoint, name) for name in ("site-a", "site-b", "site-c")}
     try:
         for site in sites.values():
             site.send("hello", 0, {"pid": 1})

@@ -13,7 +13,7 @@ from quorum.protocol.wire import Envelope, encode
 from quorum.runner.processes import SiteHosts
 from quorum.runner.report import communication
 from tests.support import CountingProxy, trial_zero
-from quorum.transport.channel import CoordinatorChannel
+from quorum.transport.channel import RouterChannel
 from quorum.transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
 
 
@@ -21,7 +21,7 @@ from quorum.transport.ledger import Ledger, message_wire_bytes, null_handshake_b
 def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path, per_process):
     """Byte for byte, per connection; in a host every site still has its own connection."""
     scenario, world = trial_zero(tmp_path)
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
     sites = sorted(world.shards)

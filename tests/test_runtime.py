@@ -14,7 +14,7 @@ from quorum.runner.processes import SiteHosts
 from quorum.runner.study import run_study
 from quorum.scenarios.scenario import load_scenario
 from quorum.stats.planner import plan_quantile_of_quantiles, replan_server_order
-from quorum.transport.channel import CoordinatorChannel
+from quorum.transport.channel import RouterChannel
 
 from tests.support import TINY, one_live_site, start_fakes, stop_fakes
 
@@ -49,7 +49,7 @@ def test_processes_give_the_same_results_as_in_process(tmp_path):
 
 
 def test_site_processes_are_visible_by_name(tmp_path):
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     procs = SiteHosts(["site-000", "site-001"], channel.endpoint, tmp_path, tmp_path, policy={"non_private": "allow"})
     procs.start()
     try:
@@ -67,7 +67,7 @@ def test_site_processes_are_visible_by_name(tmp_path):
 
 
 def test_deadline_turns_a_mute_site_into_a_dropout_and_k_is_replanned(tmp_path):
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     events = EventLog(tmp_path / "events.jsonl")
     coordinator = Coordinator(channel, events, Deadlines(hello=10, join=10, respond=0.5))
     mute = {"site-003", "site-007"}
@@ -97,7 +97,7 @@ def read_rejections(directory):
 
 
 def test_coordinator_logs_and_survives_bad_messages(tmp_path):
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=2))
     context = zmq.Context.instance()
     rogue = context.socket(zmq.DEALER)
@@ -172,7 +172,7 @@ def test_unequal_sizes_with_a_dropout_robust_plan_over_the_network(tmp_path):
     from quorum.stats.planner import replan_after_dropouts
 
     sizes = [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]
-    channel = CoordinatorChannel("tcp://127.0.0.1:*")
+    channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=0.5))
     mute = {"site-000", "site-004"}  # the largest site among them
     fakes = start_fakes(channel.endpoint, 10, sizes, mute=mute)

@@ -12,7 +12,7 @@ from quorum.protocol.methods import METHODS
 from quorum.protocol.wire import Envelope, decode, encode
 from quorum.runner.processes import SiteHosts
 from tests.support import CountingProxy, trial_zero
-from quorum.transport.channel import CoordinatorChannel
+from quorum.transport.channel import RouterChannel
 from quorum.transport.ledger import Ledger, handshake_bytes
 from quorum.transport.security import generate_keys, load_client_keys, load_server_keys, secure_client
 
@@ -21,7 +21,7 @@ SITES = ["site-000", "site-001", "site-002", "site-003"]
 
 def secure_coordinator(tmp_path, events_path=None, ledger=None):
     key_dir = generate_keys(tmp_path / "keys", SITES)
-    channel = CoordinatorChannel("tcp://127.0.0.1:*", keys=load_server_keys(key_dir, SITES))
+    channel = RouterChannel("tcp://127.0.0.1:*", keys=load_server_keys(key_dir, SITES))
     return key_dir, channel, Coordinator(channel, EventLog(events_path), Deadlines(hello=3, join=10, respond=5), ledger)
 
 

@@ -1,4 +1,6 @@
-"""ZeroMQ plumbing shared by the two drivers: a ROUTER at the coordinator, one DEALER per site.
+"""ZeroMQ plumbing shared by every driver, named by socket role: a `RouterChannel` binds and
+serves many authenticated peers (the coordinator's for sites and the shuffler; the shuffler's
+for sites), a `DealerChannel` connects one peer to it (a site; the shuffler to the coordinator).
 
 A channel sends envelopes (numbering them) and receives frames, decoding them into an
 `Incoming`: either an envelope or the reason it was refused. It knows nothing of phases.
@@ -117,7 +119,7 @@ class Lost:
     reason: str
 
 
-class CoordinatorChannel(_Channel):
+class RouterChannel(_Channel):
     def __init__(self, endpoint: str, *, keys: ServerKeys | None = None, context: zmq.Context | None = None,
                  max_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.authenticator = None
@@ -265,7 +267,7 @@ def _monitor(context: zmq.Context, socket: zmq.Socket, events: int) -> zmq.Socke
     return reader
 
 
-class SiteChannel(_Channel):
+class DealerChannel(_Channel):
     def __init__(self, endpoint: str, site_id: str, *, keys: ClientKeys | None = None,
                  context: zmq.Context | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
         context = context or zmq.Context.instance()

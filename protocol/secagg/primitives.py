@@ -2,10 +2,10 @@
 
 Key agreement:   X25519 (RFC 7748). Each site makes two key pairs per session, c (to encrypt
                  the shares it sends through the coordinator) and s (to derive pairwise masks).
-Key derivation:  HKDF-SHA256 (RFC 5869) of the X25519 shared secret, bound to the session and a
+Key derivation:  HKDF-SHA256 (RFC 5869) of the X25519 shared secret, bound to the session nonce and a
                  purpose label, so that no key serves two ends.
 Share encryption: AES-256-GCM with a fresh 96-bit nonce; the associated data names sender,
-                 receiver and session, so a ciphertext replayed elsewhere does not open.
+                 receiver and session nonce, so a ciphertext replayed elsewhere does not open.
 Mask generator:  the ChaCha20 keystream of a 32-byte seed, read as little-endian uint64 words and
                  reduced mod M = 2^bits (exact: M divides 2^64, so the reduction is uniform).
 Bonawitz et al. 2017, section 4 (the PRG, KA, AE and SS primitives of their protocol).
@@ -48,12 +48,12 @@ def private_from_bytes(data: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(data)
 
 
-def agree(private: X25519PrivateKey, peer_public: bytes, purpose: bytes, session: int) -> bytes:
+def agree(private: X25519PrivateKey, peer_public: bytes, purpose: bytes, nonce: int) -> bytes:
     """A 32-byte key shared by the two ends: HKDF-SHA256(X25519(private, peer_public))."""
     if not isinstance(peer_public, bytes) or len(peer_public) != KEY_BYTES:
         raise ValueError("an X25519 public key is 32 bytes")
     shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
-    info = b"quorum-secagg/" + purpose + b"/" + str(int(session)).encode()
+    info = b"quorum-secagg/" + purpose + b"/" + str(int(nonce)).encode()
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 

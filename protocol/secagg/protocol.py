@@ -113,8 +113,8 @@ class SecAggServer:
     """The coordinator's half: `start()` gives the advertise requests; `advance(phase, answers,
     dropped)` gives the next phase's requests (a dict) or the final `Aggregate`."""
 
-    def __init__(self, params: SecAggParams, sites: list[str], session: int, rng: np.random.Generator) -> None:
-        self.params, self.sites, self.session, self.rng = params, sorted(sites), session, rng
+    def __init__(self, params: SecAggParams, sites: list[str], nonce: int, rng: np.random.Generator) -> None:
+        self.params, self.sites, self.nonce, self.rng = params, sorted(sites), nonce, rng
         self.keys: dict[str, dict[str, bytes]] = {}
         self.index: dict[str, int] = {}
         self.neighbours: dict[str, frozenset[str]] = {}
@@ -193,7 +193,7 @@ class SecAggServer:
                 return self._abort(f"the shares of dropped site {d}'s mask key rebuild a key that does "
                                    f"not match the one it advertised")
             for u in sorted(self.neighbours[d] & u3):
-                mask = crypto.mask_vector(crypto.agree(key, self.keys[u]["s"], b"mask", self.session), length, bits)
+                mask = crypto.mask_vector(crypto.agree(key, self.keys[u]["s"], b"mask", self.nonce), length, bits)
                 # y_u holds sign(u, d) * mask; take it out
                 total = sub_mod(total, mask, bits) if self.index[u] < self.index[d] else add_mod(total, mask, bits)
         return Aggregate(total, sorted(u3), dropped=dict(self.lost))
@@ -214,8 +214,8 @@ class SecAggClient:
     """A site's half. `vector()` gives its input in Z_M (uint64, the agreed length); it is called
     once, when the site masks, so a site that drops earlier never computes it."""
 
-    def __init__(self, site_id: str, session: int, vector: Callable[[SecAggParams], np.ndarray]) -> None:
-        self.site_id, self.session, self.vector = site_id, session, vector
+    def __init__(self, site_id: str, nonce: int, vector: Callable[[SecAggParams], np.ndarray]) -> None:
+        self.site_id, self.nonce, self.vector = site_id, nonce, vector
         self.params: SecAggParams | None = None
         self.c_key = self.s_key = None
         self.index = 0
@@ -272,12 +272,12 @@ class SecAggClient:
         out = {}
         for v, info in sorted(peers.items()):
             try:
-                key = crypto.agree(self.c_key, info["c"], b"share", self.session)
+                key = crypto.agree(self.c_key, info["c"], b"share", self.nonce)
             except ValueError as exc:
                 raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
             plaintext = (struct.pack(">II", index, info["index"]) + share_to_bytes(s_shares[info["index"]])
                          + share_to_bytes(b_shares[info["index"]]))
-            out[v] = crypto.encrypt(key, plaintext, _associated(self.session, self.site_id, v))
+            out[v] = crypto.encrypt(key, plaintext, _associated(self.nonce, self.site_id, v))
         return out
 
     def _mask(self, body):
@@ -295,7 +295,7 @@ class SecAggClient:
         y = add_mod(x, crypto.mask_vector(self.self_seed, params.length, bits), bits)
         for v in sorted(cts):
             try:
-                seed = crypto.agree(self.s_key, self.peers[v]["s"], b"mask", self.session)
+                seed = crypto.agree(self.s_key, self.peers[v]["s"], b"mask", self.nonce)
             except ValueError as exc:
                 raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
             mask = crypto.mask_vector(seed, params.length, bits)
@@ -328,9 +328,9 @@ class SecAggClient:
         return {"b": b_out, "s": s_out}
 
     def _open(self, sender: str) -> tuple[int, int]:
-        key = crypto.agree(self.c_key, self.peers[sender]["c"], b"share", self.session)
+        key = crypto.agree(self.c_key, self.peers[sender]["c"], b"share", self.nonce)
         try:
-            plain = crypto.decrypt(key, self.received[sender], _associated(self.session, sender, self.site_id))
+            plain = crypto.decrypt(key, self.received[sender], _associated(self.nonce, sender, self.site_id))
         except crypto.DecryptionError as exc:
             raise SecAggRefusal(f"the share ciphertext from {sender} does not open: {exc}") from None
         if len(plain) != 8 + 2 * SHARE_BYTES:
@@ -340,8 +340,8 @@ class SecAggClient:
         return share_from_bytes(plain[8:8 + SHARE_BYTES]), share_from_bytes(plain[8 + SHARE_BYTES:])
 
 
-def _associated(session: int, sender: str, receiver: str) -> bytes:
-    return f"secagg|{session}|{sender}|{receiver}".encode()
+def _associated(nonce: int, sender: str, receiver: str) -> bytes:
+    return f"secagg|{nonce}|{sender}|{receiver}".encode()
 
 
 def _is_int(value) -> bool:
