@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from quorum.runner.outputs import RunDirectory  # noqa: E402
 from quorum.runner.study import run_study  # noqa: E402
-from quorum.scenarios.scenario import load_scenario  # noqa: E402
+from quorum import load_scenario  # noqa: E402
 
 DIGITS, BLOBS = "scenarios/fedtype-digits.yaml", "scenarios/fedtype-blobs.yaml"
 REGIMES = {
@@ -100,7 +100,7 @@ def summarize(results: list[dict], rounds: list[dict]) -> dict:
 def run_regime(name: str, trials: int, seed: int | None, extra: list[str], methods: list[str] | None = None) -> dict:
     path, overrides = REGIMES[name]
     overrides = [*overrides, *extra, f"trials={trials}"] + ([f"seed={seed}"] if seed is not None else [])
-    scenario = load_scenario(ROOT / path, overrides)
+    scenario = load_scenario(ROOT / path, overrides).to_dict()
     if methods:  # the scenario's entries with these labels only (e.g. a variant against local_only)
         labels = [m.get("label") or m["name"] for m in scenario["methods"]]
         unknown = sorted(set(methods) - set(labels))

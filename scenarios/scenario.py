@@ -1,4 +1,5 @@
-"""The scenario format: what a scenario file may contain, and `load_scenario`.
+"""The scenario format: what a scenario file may contain, overridden and validated (the one loader
+is quorum.load_scenario, a typed Scenario over `override_scenario` and `validate_scenario`).
 
 Top-level fields (see README, "Scenario format"):
     name, description, seed, trials, alpha
@@ -128,17 +129,6 @@ def _has_field(path: str, item, field: str) -> bool:
     except PluginError:
         return True  # validation names the unknown method
     return field in cls.PARAMS or field in ("name", "label")
-
-
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] | dict = (),
-                  skipped: list[str] | None = None) -> dict:
-    """Read, override (override_scenario) and validate a scenario file; errors name the file,
-    field and expectation."""
-    raw = read_yaml(path)
-    try:
-        return validate_scenario(override_scenario(raw, overrides, skipped))
-    except ScenarioError as exc:
-        raise exc.in_file(str(path)) from None
 
 
 def validate_scenario(raw: dict) -> dict:

@@ -14,7 +14,7 @@ import zmq
 
 from quorum.runner.processes import SiteHosts
 from quorum.world.trial import build_trial
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from quorum.sites.storage import write_trial
 from quorum.transport.channel import RouterChannel, DealerChannel
 
@@ -23,7 +23,7 @@ TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 
 def trial_zero(workdir: Path):
     """The tiny scenario and its trial 0, with every site's shard and the model on disk."""
-    scenario = load_scenario(TINY)
+    scenario = load_scenario(TINY).to_dict()
     world = build_trial(scenario, 0)
     write_trial(workdir, 0, world.model, world.shards)
     return scenario, world

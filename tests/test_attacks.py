@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario, validate_scenario
+from quorum.scenarios.scenario import validate_scenario
+from quorum import load_scenario
 from quorum.specs.schema import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def attacks_of(out: Path) -> dict[str, dict]:
 
 
 def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_path):
-    summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]), tmp_path)
+    summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path)
     rows = attacks_of(tmp_path)
     assert [a["attack"] for a in summary["attacks"]] == ["replay_noise", "forbidden_method", "switch_method",
                                                            "inflate_claim", "batch_of_one"]
@@ -57,7 +58,7 @@ def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path)
     """With the policy's explicit `noise: seeded` the coordinator's replay predicts all 10 releases
     of each session, and every output says the releases are not private; from the OS CSPRNG the
     finding is recorded (its rate is tested over 300 sessions in test_site_policy)."""
-    spec = load_scenario(PRIVATE_BINS, ["trials=2", "sites.policy.noise=seeded"])
+    spec = load_scenario(PRIVATE_BINS, ["trials=2", "sites.policy.noise=seeded"]).to_dict()
     spec["attacks"] = [a for a in spec["attacks"] if a["attack"] == "replay_noise"]
     summary = run_study(validate_scenario(spec), tmp_path)
     assert [a["finding"].split(" (")[0] for a in summary["attacks"]] == \
@@ -66,7 +67,7 @@ def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path)
 
 
 def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path):
-    run_study(load_scenario(KANON_TABLE, ["trials=1"]), tmp_path)
+    run_study(load_scenario(KANON_TABLE, ["trials=1"]).to_dict(), tmp_path)
     rows = attacks_of(tmp_path)
     table = rows["fabricated_table"]
     assert table["refused"] == "0" and table["answered"] == "8"
@@ -76,7 +77,7 @@ def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path):
 
 
 def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
-    raw = load_scenario(PRIVATE_BINS)
+    raw = load_scenario(PRIVATE_BINS).to_dict()
     raw["attacks"] = [{"attack": "fabricated_table", "method": "replayed"},
                       {"attack": "batch_of_one", "method": "nope"},
                       {"attack": "replay_noise", "method": "replayed", "trials": 9}]
@@ -85,4 +86,4 @@ def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
     fields = {p.field for p in caught.value.problems}
     assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials"} <= fields
     with pytest.raises(ValueError, match="processes backend"):
-        run_study(load_scenario(PRIVATE_BINS, ["trials=1"]), tmp_path, backend="inprocess")
+        run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path, backend="inprocess")

@@ -18,7 +18,7 @@ from quorum.protocol.codecs.tensors import Tensors, pack_tensors
 from quorum.protocol.methods.learning_rounds import sample_sites, weighted_average
 from quorum.runner.outputs import RunDirectory
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from quorum.specs.schema import ScenarioError
 from quorum.transport.ledger import read_ledger
 from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
@@ -247,16 +247,16 @@ def test_cnn_private_models_train_on_image_shaped_features():
 
 def test_scenarios_refuse_learning_methods_on_scores_and_conformal_methods_on_examples():
     with pytest.raises(ScenarioError, match="methods\\[0\\].name"):
-        load_scenario(SCENARIO, ["methods.0={name: fedcp_qq}"])
+        load_scenario(SCENARIO, ["methods.0={name: fedcp_qq}"]).to_dict()
     with pytest.raises(ScenarioError, match="methods\\[0\\].name"):
-        load_scenario("scenarios/quickstart.yaml", ["methods.0={name: fedtype, classes: 2}"])
+        load_scenario("scenarios/quickstart.yaml", ["methods.0={name: fedtype, classes: 2}"]).to_dict()
     with pytest.raises(ScenarioError, match="precision"):
-        load_scenario(SCENARIO, ["methods.2.precision=float8"])
+        load_scenario(SCENARIO, ["methods.2.precision=float8"]).to_dict()
 
 
 def test_run_over_site_processes_meters_rounds_and_survives_a_crashed_site(tmp_path):
     spec = load_scenario(SCENARIO, SMALL + [
-        "runtime.deadlines.respond=20", "faults=[{action: crash, sites: site-003, phase: round-1, method: fedtype}]"])
+        "runtime.deadlines.respond=20", "faults=[{action: crash, sites: site-003, phase: round-1, method: fedtype}]"]).to_dict()
     spec["methods"] = spec["methods"][:4]  # paper 002's own four (tests/test_fedtype_baselines.py runs the rest)
     summary = run_study(spec, tmp_path)
     run = RunDirectory(tmp_path)

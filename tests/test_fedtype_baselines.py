@@ -15,7 +15,7 @@ from quorum.learning.prototypes import (global_prototypes, local_prototypes, nea
                                  with_embedding)
 from quorum.runner.outputs import RunDirectory
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
                                      learning_method, run_learning)
 from quorum.transport.ledger import read_ledger
@@ -268,7 +268,7 @@ def test_baselines_over_site_processes_survive_a_crashed_site_and_send_no_privat
                                 f" {'meme' if m == 'fml' else 'proxy'}: {{kind: mlp, hidden: [32]}}}}"
                                 if m != "fedproto" else
                                 f"{{name: {m}, classes: 10, rounds: 3, private_models: [{{kind: mlp, hidden: [64]}}]}}"
-                                for m in BASELINES) + "]"])
+                                for m in BASELINES) + "]"]).to_dict()
     run_study(spec, tmp_path)
     results = {r["method"]: r for r in RunDirectory(tmp_path).read_results()}
     assert all(r["status"] == "ok" for r in results.values()), results

@@ -132,11 +132,11 @@ def test_a_torch_classifier_study_over_site_processes(tmp_path):
 
     from quorum.runner.outputs import RunDirectory
     from quorum.runner.study import run_study
-    from quorum.scenarios.scenario import load_scenario
+    from quorum import load_scenario
 
     root = Path(__file__).resolve().parent.parent
     scenario = load_scenario(root / "scenarios" / "digits-label-skew.yaml",
-                             ["trials=2", "sites.count=4", "model.params.epochs=25", "model.params.score=raps"])
+                             ["trials=2", "sites.count=4", "model.params.epochs=25", "model.params.score=raps"]).to_dict()
     summary = run_study(scenario, tmp_path / "run", backend="processes")
     assert summary["site_devices"] == [resolve_device("auto")]
     assert summary["heterogeneity"]["kind"] == "dirichlet"

@@ -15,7 +15,8 @@ from quorum.protocol.inprocess import drive, run_session
 from quorum.protocol.methods import METHODS, RequestError
 from quorum.runner.outputs import RunDirectory
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario, validate_scenario
+from quorum.scenarios.scenario import validate_scenario
+from quorum import load_scenario
 from quorum.specs.schema import ScenarioError
 from quorum.stats.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
 from quorum.stats.kanon import valid_count
@@ -206,7 +207,7 @@ def test_table_quantiles_land_near_the_pooled_ones(estimator):
 
 
 def test_scenarios_refuse_methods_on_the_wrong_kind_of_data():
-    spec = load_scenario(MWU_SCENARIO)
+    spec = load_scenario(MWU_SCENARIO).to_dict()
     raw = {k: v for k, v in spec.items()}
     with pytest.raises(ScenarioError, match=r"methods\[0\].name"):
         validate_scenario({**raw, "methods": [{"name": "centralized"}]})
@@ -218,7 +219,7 @@ def test_scenarios_refuse_methods_on_the_wrong_kind_of_data():
 
 def test_treatment_heterogeneity_shifts_only_the_treatment_group():
     spec = load_scenario(MWU_SCENARIO, ["sites.heterogeneity.sigma=0", "sites.heterogeneity.sigma_treatment=3",
-                                        "data.options.delta=0"])
+                                        "data.options.delta=0"]).to_dict()
     world = build_trial(spec, 0)
     gaps, controls = [], []
     for rows in world.site_scores.values():
@@ -230,7 +231,7 @@ def test_treatment_heterogeneity_shifts_only_the_treatment_group():
 
 
 def test_mwu_run_over_site_processes_reports_p_values_and_meters_each_summary(tmp_path):
-    spec = load_scenario(MWU_SCENARIO, ["trials=2"])
+    spec = load_scenario(MWU_SCENARIO, ["trials=2"]).to_dict()
     summary = run_study(spec, tmp_path)
     rows = RunDirectory(tmp_path).read_results()
     assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
@@ -249,7 +250,7 @@ def test_mwu_run_over_site_processes_reports_p_values_and_meters_each_summary(tm
 
 
 def test_quantile_run_reports_normalized_errors_against_the_mixture_quantile(tmp_path):
-    spec = load_scenario(QUANTILE_SCENARIO, ["trials=2", "sites.heterogeneity.kind=none"])
+    spec = load_scenario(QUANTILE_SCENARIO, ["trials=2", "sites.heterogeneity.kind=none"]).to_dict()
     run_study(spec, tmp_path, backend="inprocess")
     rows = RunDirectory(tmp_path).read_results()
     world = build_trial(spec, 0)

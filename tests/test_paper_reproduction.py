@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from tests.test_data import needs_datasets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 @needs_datasets
 def test_concrete_m40_n10_matches_the_paper(tmp_path):
-    scenario = load_scenario(ROOT / "scenarios" / "paper000" / "fig16-concrete-m40-n10.yaml")
+    scenario = load_scenario(ROOT / "scenarios" / "paper000" / "fig16-concrete-m40-n10.yaml").to_dict()
     summary = run_study(scenario, tmp_path / "run")
     qq, avg, central = (summary["methods"][m] for m in ("fedcp_qq", "fedcp_avg", "centralized"))
     trials = scenario["trials"]

@@ -12,7 +12,7 @@ from quorum.coordinator.events import EventLog
 from quorum.protocol.methods import METHODS
 from quorum.runner.processes import SiteHosts
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from quorum.stats.planner import plan_quantile_of_quantiles, replan_server_order
 from quorum.transport.channel import RouterChannel
 
@@ -32,7 +32,7 @@ def comparable(rows):
 def test_processes_give_the_same_results_as_in_process(tmp_path):
     """With the policy's explicit seeded noise (a regression mode: its releases are not private),
     the DP draws too are the same in both backends."""
-    scenario = load_scenario(TINY, ["sites.policy.noise=seeded"])
+    scenario = load_scenario(TINY, ["sites.policy.noise=seeded"]).to_dict()
     run_study(scenario, tmp_path / "proc", backend="processes")
     run_study(scenario, tmp_path / "inproc", backend="inprocess")
     from quorum.runner.outputs import RunDirectory

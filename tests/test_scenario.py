@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quorum.scenarios.scenario import load_scenario
+from quorum import load_scenario
 from quorum.specs.schema import ScenarioError, apply_overrides
 from tests.test_data import HAVE_DATASETS
 
@@ -17,13 +17,13 @@ SHIPPED = sorted((ROOT / "scenarios").rglob("*.yaml")) + sorted((ROOT / "tests" 
 def test_shipped_scenarios_validate(path):
     if "source: real" in path.read_text() and not HAVE_DATASETS:
         with pytest.raises(ScenarioError, match="data.dir"):
-            load_scenario(path)
+            load_scenario(path).to_dict()
         pytest.skip("the real data sets are not beside the checkout")
-    assert load_scenario(path)["name"]
+    assert load_scenario(path).to_dict()["name"]
 
 
 def test_quickstart_is_the_papers_synthetic_setting():
-    s = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    s = load_scenario(ROOT / "scenarios" / "quickstart.yaml").to_dict()
     assert (s["sites"]["count"], s["sites"]["sizes"], s["sites"]["heterogeneity"]["kind"]) == (50, "equal", "none")
     assert s["data"] == {"source": "synthetic", "generator": "romano2019", "n": 2000, "n_test": 5000, "options": {}}
     assert int(s["split"]["calibration"] * s["data"]["n"]) // 50 == 20
@@ -69,7 +69,7 @@ def test_errors_name_file_field_and_expectation(tmp_path, mutate, field, fragmen
     mutate(data)
     path = write(tmp_path, data)
     with pytest.raises(ScenarioError) as excinfo:
-        load_scenario(path)
+        load_scenario(path).to_dict()
     message = str(excinfo.value)
     assert message.startswith(f"{path}: field '{field}': expected")
     assert fragment in message
@@ -78,12 +78,12 @@ def test_errors_name_file_field_and_expectation(tmp_path, mutate, field, fragmen
 def test_yaml_syntax_errors_give_the_line(tmp_path):
     path = write(tmp_path, "name: x\nsites: {count: 4\n")
     with pytest.raises(ScenarioError, match=r"bad.yaml: .*valid YAML at line \d+"):
-        load_scenario(path)
+        load_scenario(path).to_dict()
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(ScenarioError, match="a readable scenario file"):
-        load_scenario(tmp_path / "nope.yaml")
+        load_scenario(tmp_path / "nope.yaml").to_dict()
 
 
 def test_overrides_reach_nested_fields_and_list_items():
@@ -97,7 +97,7 @@ def test_overrides_reach_nested_fields_and_list_items():
 
 
 def test_defaults_are_filled_in():
-    s = load_scenario(ROOT / "tests" / "scenarios" / "tiny.yaml")
+    s = load_scenario(ROOT / "tests" / "scenarios" / "tiny.yaml").to_dict()
     assert s["model"]["device"] == "auto" and s["model"]["params"]["alphas"]
     assert s["methods"][0] == {"name": "fedcp_qq", "label": "fedcp_qq", "planner": "auto", "dropouts": 0}
     assert s["runtime"]["bind"] == "tcp://127.0.0.1:*"
@@ -117,7 +117,7 @@ def test_every_problem_is_reported_not_only_the_first(tmp_path):
     data["methods"].append({"name": "fedcp_q"})
     path = write(tmp_path, data)
     with pytest.raises(ScenarioErrors) as caught:
-        load_scenario(path)
+        load_scenario(path).to_dict()
     fields = [p.field for p in caught.value.problems]
     assert fields == ["alpha", "sites.count", "runtime.deadlines.respond", "model.kind",
                       "methods[0].epsilonn", "methods[3].name"]
@@ -131,7 +131,7 @@ def test_checks_across_fields_report_every_problem(tmp_path):
     data["split"] = {"train": 0.6, "calibration": 0.4, "test": 0.2}  # adds up to 1.2
     data["methods"].append({"name": "fedcp_qq"})  # a second entry with the same label
     with pytest.raises(ScenarioError) as caught:
-        load_scenario(write(tmp_path, data))
+        load_scenario(write(tmp_path, data)).to_dict()
     assert [p.field for p in caught.value.problems] == ["split", "split.test", "methods"]
 
 
@@ -143,16 +143,17 @@ def test_a_validated_scenario_validates_again_to_itself(path):
 
     if "source: real" in path.read_text() and not HAVE_DATASETS:
         pytest.skip("the real data sets are not beside the checkout")
-    once = load_scenario(path)
+    once = load_scenario(path).to_dict()
     assert validate_scenario(yaml.safe_load(yaml.safe_dump(once))) == once
 
 
 def test_a_fault_phase_that_no_method_has_is_refused_with_the_choices():
     """Issue 37, point 3: `phase: reponse` validated and silently never fired."""
-    from quorum.scenarios.scenario import load_scenario, validate_scenario
+    from quorum.scenarios.scenario import validate_scenario
+    from quorum import load_scenario
     from quorum.specs.schema import ScenarioError
 
-    raw = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "faults-site-crash.yaml")
+    raw = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "faults-site-crash.yaml").to_dict()
     raw["faults"] = [{"action": "crash", "sites": "site-001", "phase": "reponse"},
                      {"action": "crash", "sites": "site-002", "phase": "mask", "method": "fedcp_qq"}]
     with pytest.raises(ScenarioError) as caught:

@@ -25,7 +25,8 @@ from quorum.protocol.noise import NOT_PRIVATE, PrivacyNoise
 from quorum.protocol.policy import SitePolicy
 from quorum.runner.outputs import RunDirectory
 from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_scenario, load_site_policy, validate_scenario
+from quorum.scenarios.scenario import load_site_policy, validate_scenario
+from quorum import load_scenario
 from quorum.sites.local import SiteLocal
 from quorum.specs.schema import ScenarioError
 from quorum.stats.dp import Bins, exponential_mechanism_log_probabilities
@@ -113,7 +114,7 @@ def test_the_same_scenario_twice_gives_different_private_and_identical_non_priva
     `noise: seeded` every column repeats, and results.csv, privacy.csv, summary.json and the
     terminal line say the releases are not private."""
     def thresholds(out, policy):
-        raw = load_scenario(TINY, ["trials=2"])
+        raw = load_scenario(TINY, ["trials=2"]).to_dict()
         raw["sites"]["policy"] = policy
         spec = validate_scenario(raw)
         summary = run_study(spec, out, backend="inprocess")
@@ -226,7 +227,7 @@ def test_a_session_never_changes_its_method(tmp_path):
 
 
 def test_a_scenario_asking_what_the_policy_refuses_fails_validation():
-    raw = load_scenario(TINY)
+    raw = load_scenario(TINY).to_dict()
     raw["sites"]["policy"] = {"non_private": "refuse", "max_epsilon": 0.5}
     with pytest.raises(ScenarioError) as caught:
         validate_scenario(raw)

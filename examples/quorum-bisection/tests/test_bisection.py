@@ -15,7 +15,8 @@ from quorum.plugin import drive, run_session
 from quorum.protocol.methods import METHODS, RequestError
 from quorum_bisection.codec import Count
 from quorum_bisection.method import BisectionCP
-from quorum.scenarios.scenario import load_scenario, validate_scenario
+from quorum.scenarios.scenario import validate_scenario
+from quorum import load_scenario
 from quorum.specs.schema import ScenarioError, read_yaml
 from quorum.stats.conformal import split_conformal_order
 
@@ -117,7 +118,7 @@ def test_a_scenario_can_name_the_class_by_import_path_and_a_bad_path_is_named():
 def test_over_site_processes_a_site_killed_in_round_5_leaves_a_valid_threshold(tmp_path):
     from quorum.runner.study import run_study
 
-    spec = load_scenario(HERE / "scenario.yaml")
+    spec = load_scenario(HERE / "scenario.yaml").to_dict()
     summary = run_study(spec, tmp_path)
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     bisection = {int(r["trial"]): r for r in rows if r["method"] == "bisection_cp"}
