@@ -21,8 +21,11 @@ policy of `noise: seeded` gives it the Generator replayable from the scenario se
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from quorum.models.base import in_site_process
 from quorum.protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
 from quorum.protocol.codecs import PayloadError
 from quorum.protocol.methods import METHODS, RequestError
@@ -115,6 +118,7 @@ class SiteLocal:
         unseen = half.unseen_claim(phase, body)
         if unseen is not None and self.policy.unseen_claims == "refuse":
             self._refuse(session, method_name, f"site policy: {unseen} (unseen_claims: refuse)")
+        one_torch_thread()
         value = half.answer(phase, body)
         if spend is not None:
             self._record(session, method_name, spend, body=to_plain(value) if spend.kind == "kanon" else None)
@@ -152,6 +156,14 @@ class SiteLocal:
 
     def close_session(self, session: int) -> None:
         self._halves.pop(session, None)
+
+
+def one_torch_thread() -> None:
+    """Many site processes share few cores: in a site process that has loaded torch (a learning
+    method, a torch model), torch computes on one thread. The driver decides this, never a
+    sans-I/O half (which reads no environment)."""
+    if in_site_process() and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def to_plain(value: dict) -> dict:

@@ -178,3 +178,15 @@ def test_no_method_imports_another_methods_private_names():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quorum.protocol.methods."):
                 found += [f"{path.name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not found, found
+
+
+def test_no_sans_io_half_reads_the_environment_or_sets_threads():
+    """protocol/ (methods, codecs, SecAgg, the engine) reads no environment variable and sets no
+    torch threads: the drivers decide (sites.local.one_torch_thread)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "protocol"
+    found = [f"{path.relative_to(root)}:{n}" for path in root.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if any(word in line for word in ("os.environ", "getenv", "set_num_threads", "in_site_process"))]
+    assert not found, found

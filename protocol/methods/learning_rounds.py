@@ -274,12 +274,6 @@ class LearningSite(SiteHalf):
             device = resolve_device(body["device"])
         except RuntimeError as exc:
             raise RequestError(str(exc)) from None
-        from quorum.models.base import in_site_process
-
-        if in_site_process():
-            import torch
-
-            torch.set_num_threads(1)  # many site processes share few cores
         self.device, self.precision, self.classes = device, {"f2": "float16", "f4": "float32"}[body["precision"]], \
             int(body["classes"])
         try:
