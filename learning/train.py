@@ -7,7 +7,7 @@ seeds it hands torch, so a round is a function of the site's seed and the weight
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -64,6 +64,11 @@ class TrainingConfig:
     #: beyond the paper (protocol.methods.fedtype_personal): the weight of a cross-entropy term for
     #: the proxy in eq. (2); 0 is the paper's objective, where the proxy learns only by eq. (1)
     proxy_ce: float = 0.0
+
+
+#: the options a method may add to the local updates (a site's request names them in its extra
+#: keys): every field of TrainingConfig but the four every learning method sends
+TRAINING_OPTIONS = frozenset(f.name for f in fields(TrainingConfig)) - {"lr", "batch_size", "local_epochs", "passes"}
 
 
 def batches(indices: np.ndarray, batch_size: int):

@@ -259,7 +259,7 @@ class LearningSite(SiteHalf):
         return {"tensors": tensors, "metrics": {"train": len(self.data.y_train), **metrics}}
 
     def _setup(self, body):
-        from quorum.learning.train import SiteData, TrainingConfig
+        from quorum.learning.train import TRAINING_OPTIONS, SiteData, TrainingConfig
         from quorum.models.torch_nets import resolve_device
 
         if self.config is not None:
@@ -279,7 +279,7 @@ class LearningSite(SiteHalf):
         try:
             self.config = TrainingConfig(float(body["lr"]), int(body["batch_size"]), int(body["local_epochs"]),
                                          int(body["passes"]), **{k: body[k] for k in self.extra_keys
-                                                                 if k in ("lam", "k_reg", "theta", "backward_loss", "proxy_ce")})
+                                                                 if k in TRAINING_OPTIONS})
         except (TypeError, ValueError) as exc:
             raise RequestError(f"setup: {exc}") from None
         # the split is a function of the rows, not of the session: every method sees the same points
