@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from quorum.protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
-from quorum.protocol.secagg.protocol import PHASES, Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer
+from quorum.protocol.secagg.protocol import (ANSWER_KIND, NEXT_PHASE, Aggregate, SecAggClient, SecAggParams,
+                                             SecAggRefusal, SecAggServer)
 
 
 #: the `secagg` parameter of a method that sums through SecAgg+ (its neighbour graph)
@@ -45,7 +46,7 @@ class SecureSumCoordinator(CoordinatorHalf):
                                   for s, body in requests.items()})
 
     def advance(self, phase, answers, dropped):
-        expected = {"advertise": "keys", "share": "shares", "mask": "masked", "unmask": "unmask"}[phase]
+        expected = ANSWER_KIND[phase]
         good, lost = {}, dict(dropped)
         for site, (kind, value) in answers.items():
             if kind == expected:
@@ -60,7 +61,7 @@ class SecureSumCoordinator(CoordinatorHalf):
             if reason:
                 masked = sorted(self.server.masked)
                 return self.finish(Aggregate(None, masked, f"{reason}; the sum was not unmasked", dict(self.server.lost)))
-        return Send(PHASES[PHASES.index(phase) + 1], step)
+        return Send(NEXT_PHASE[phase], step)
 
 
 class SecureSumSite(SiteHalf):
@@ -100,8 +101,8 @@ class SecureSumSite(SiteHalf):
         except SecAggRefusal as exc:
             raise RequestError(str(exc)) from None
         if phase == "mask":
-            return "masked", (self.client.params.modulus_bits, value)
-        return {"advertise": "keys", "share": "shares", "unmask": "unmask"}[phase], value
+            return ANSWER_KIND[phase], (self.client.params.modulus_bits, value)
+        return ANSWER_KIND[phase], value
 
     def _neighbourhood(self) -> int:
         """The sites this one can see: itself and the peers the share phase gave it."""

@@ -38,7 +38,18 @@ from quorum.protocol.secagg.graph import harary_neighbours
 from quorum.protocol.secagg.shamir import (SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes,
                                     share_to_bytes, split_secret)
 
-PHASES = ("advertise", "share", "mask", "unmask")
+#: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
+#: sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
+PHASE_TABLE = (
+    # phase        answer kind   next phase
+    ("advertise", "keys", "share"),
+    ("share", "shares", "mask"),
+    ("mask", "masked", "unmask"),
+    ("unmask", "unmask", None),
+)
+PHASES = tuple(phase for phase, _, _ in PHASE_TABLE)
+ANSWER_KIND = {phase: kind for phase, kind, _ in PHASE_TABLE}
+NEXT_PHASE = {phase: after for phase, _, after in PHASE_TABLE}
 MAX_LENGTH = 1 << 24
 
 
@@ -132,7 +143,9 @@ class SecAggServer:
         t = self.params.threshold
         if len(live) < t:
             return self._abort(f"only {len(live)} sites completed the {phase} phase; the threshold is {t}")
-        return getattr(self, f"_after_{phase}")(answers)
+        after = {"advertise": self._after_advertise, "share": self._after_share, "mask": self._after_mask,
+                 "unmask": self._after_unmask}  # one handler per row of PHASE_TABLE
+        return after[phase](answers)
 
     def _after_advertise(self, answers) -> dict[str, dict]:
         self.keys = {s: answers[s] for s in sorted(answers)}
@@ -233,7 +246,9 @@ class SecAggClient:
         expected = PHASES[len(self.done)]
         if phase != expected:
             raise SecAggRefusal(f"phase {phase!r} out of order: {expected!r} comes next")
-        result = getattr(self, f"_{phase}")(body)
+        handle = {"advertise": self._advertise, "share": self._share, "mask": self._mask,
+                  "unmask": self._unmask}  # one handler per row of PHASE_TABLE
+        result = handle[phase](body)
         self.done.add(phase)
         return result
 
