@@ -146,14 +146,13 @@ class Coordinator:
         driver only moves its requests and answers, keeps the deadline, meters and logs."""
         session_id = method_session(trial, index)
         label = label or method.name
-        self.events.write("session_start", trial=trial, session=session_id, method=method.name, label=label,
-                          sites=len(sizes))
+        session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
+                                                         self.seeded_noise))
+        self.events.write("session_start", **session.opening(trial, session_id, label))
         rule = self.adversary.rule_for(trial, label) if self.adversary is not None else None
         record = self.adversary.start(trial, label, rule) if rule is not None else None
         if rule is not None:
             self.events.write("attack", trial=trial, session=session_id, label=label, attack=rule["attack"])
-        session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
-                                                         self.seeded_noise))
         if rule is not None and rule["attack"] == "forbidden_method":
             step = session.end(self._ask_other(trial, session_id, label, rule, record, sizes))
         else:
@@ -187,8 +186,7 @@ class Coordinator:
         if self.transcripts is not None:
             self.transcripts.append((trial, label, session.transcript))
         self.ledger.flush()
-        self.events.write("session_end", trial=trial, session=session_id, method=method.name, label=label,
-                          status=step.status, threshold=step.threshold, reason=step.reason, rounds=session.rounds)
+        self.events.write("session_end", **session.closing(trial, session_id, label))
         return step
 
     def _answer_row(self, site: str) -> dict:

@@ -136,6 +136,17 @@ class Session:
         self.step = guarded(self.half.advance, self.step.phase, decoded.values, dropped)
         return self._next()
 
+    def opening(self, trial: int, session: int, label: str) -> dict:
+        """The `session_start` event's fields, the same in every backend."""
+        return {"trial": trial, "session": session, "method": self.method.name, "label": label, "sites": len(self.sizes)}
+
+    def closing(self, trial: int, session: int, label: str) -> dict:
+        """The `session_end` event's fields, the same in every backend."""
+        outcome = self.outcome
+        return {"trial": trial, "session": session, "method": self.method.name, "label": label,
+                "status": outcome.status, "threshold": outcome.threshold, "reason": outcome.reason,
+                "rounds": self.rounds}
+
     def end(self, outcome: Outcome) -> Outcome:
         """End the session with an outcome the driver decided (an attack that replaced the method)."""
         self.step = outcome

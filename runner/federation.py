@@ -197,19 +197,16 @@ class InProcessFederation:
         def ask(site, phase, body):
             return self.sites[site].answer(session_id, method.name, phase, body)
 
-        self.events.write("session_start", trial=trial, session=session_id, method=method.name, label=label,
-                          sites=len(sizes))
         session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
                                                          self.seeded_noise))
+        self.events.write("session_start", **session.opening(trial, session_id, label))
         outcome = drive(method, sizes, ask, session.rng, session=session)
         for record in session.transcript:
             for site, reason in record.dropped.items():
                 self.events.write("dropout", site=site, session=session_id, phase=record.phase, reason=reason)
         if self.transcripts is not None:
             self.transcripts.append((trial, label, session.transcript))
-        self.events.write("session_end", trial=trial, session=session_id, method=method.name, label=label,
-                          status=outcome.status, threshold=outcome.threshold, reason=outcome.reason,
-                          rounds=session.rounds)
+        self.events.write("session_end", **session.closing(trial, session_id, label))
         return outcome
 
     def close(self) -> None:
