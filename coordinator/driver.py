@@ -60,7 +60,6 @@ class Coordinator:
         self._batch: Envelope | None = None
         self.guard = SequenceGuard()
         self.seed = 0
-        self._answer_rows: dict[str, dict] = {}  # the ledger row of each site's accepted answer
         self.disconnected: dict[str, str] = {}  # site -> why its connection was lost (until it speaks again)
         self._newly_lost: list[str] = []
         #: (trial, label, transcript) of every session, when a test asks for them (None: not kept)
@@ -96,7 +95,7 @@ class Coordinator:
         self._maybe_die(trial, "join", session)
         sends = {site: ("open", {"trial": trial, "seed": seed}) for site in sites}
         began = time.monotonic()
-        answers, dropped = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
+        answers, dropped, _ = self._phase(session, "join", sends, self.deadlines.join, trial=trial)
         seconds = time.monotonic() - began
         self.ledger.flush()
         sizes = {}
@@ -166,16 +165,17 @@ class Coordinator:
                                                            session.rounds - 1))
             sends = {site: ("request", message) for site, message in step.messages.items()}
             if step.route == "shuffler":
-                answers, dropped = self._shuffled_phase(session_id, step.phase, sends, self.deadlines.respond,
+                answers, dropped, rows = self._shuffled_phase(session_id, step.phase, sends, self.deadlines.respond,
                                                         trial=trial, minimum=step.minimum)
             else:
-                answers, dropped = self._phase(session_id, step.phase, sends, self.deadlines.respond, trial=trial)
+                answers, dropped, rows = self._phase(session_id, step.phase, sends, self.deadlines.respond,
+                                                     trial=trial)
             decoded = session.decode({site: payload["body"] for site, payload in answers.items()})
             for site, reason in decoded.undecodable.items():
-                self._answer_row(site)["accepted"] = 0
+                answer_row(rows, site)["accepted"] = 0
                 self.events.write("rejected", site=site, session=session_id, phase=step.phase, reason=reason)
             for site, bits in decoded.info_bits.items():
-                row = self._answer_row(site)
+                row = answer_row(rows, site)
                 row["info_bits"] = row.get("info_bits", 0) + bits
             if rule is not None:
                 self._observe_attack(rule, record, session_id, step.requests, decoded.values,
@@ -188,11 +188,6 @@ class Coordinator:
         self.ledger.flush()
         self.events.write("session_end", **session.closing(trial, session_id, label))
         return step
-
-    def _answer_row(self, site: str) -> dict:
-        """The ledger row of a site's accepted answer in the phase just run (the batch's row for
-        answers that came through the shuffler)."""
-        return self._answer_rows.get(site) or self._answer_rows.setdefault(SHUFFLER_ID, {})
 
     def _observe_attack(self, rule, record, session, requests, decoded, dropped) -> None:
         self.adversary.observe(record, rule, session, requests, decoded, dropped)
@@ -221,7 +216,7 @@ class Coordinator:
                  for site in sorted(sizes)}
         self.ledger.context = {"trial": trial, "session": session, "method": label, "codec": other.codec,
                                "phase": phase}
-        answers, dropped = self._phase(session, phase, sends, self.deadlines.respond, trial=trial)
+        answers, dropped, _ = self._phase(session, phase, sends, self.deadlines.respond, trial=trial)
         leaked, unreadable = 0, 0
         for payload in answers.values():
             try:
@@ -241,10 +236,12 @@ class Coordinator:
                trial=None, until=None, log_missing=True, on_lost=None):
         """Send each site its message and collect the answers until all came (or were lost),
         the deadline passed, or `until()` holds (a shuffled phase waits for the shuffler's
-        batch). `on_lost({site: reason})`: called as connections of awaited sites close."""
+        batch). `on_lost({site: reason})`: called as connections of awaited sites close. Returns
+        (answers, dropped, rows): rows holds the ledger row of each accepted answer, for the
+        caller to complete (information bits, or a body the codec then refused)."""
         dropped: dict[str, str] = {}
         reachable = []
-        self._answer_rows = {}
+        rows: dict[str, dict] = {}  # the ledger row of each accepted answer (the batch's under SHUFFLER_ID)
         for site, (mtype, payload) in sends.items():
             assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
             data = self.channel.pack(mtype, session, payload)
@@ -269,24 +266,24 @@ class Coordinator:
                     row["accepted"] = 0
                     self._reject_envelope(envelope, reason)
                 else:
-                    self._answer_rows[SHUFFLER_ID] = row  # the batch's information bits go here
+                    rows[SHUFFLER_ID] = row  # the batch's information bits go here
                 continue
             reason = collector.offer(envelope)
             if reason:
                 row["accepted"] = 0
                 self._reject_envelope(envelope, reason)
             else:
-                self._answer_rows[envelope.sender] = row
+                rows[envelope.sender] = row
         for site, reason in collector.refusals.items():
             dropped[site] = f"refused: {reason}"
         dropped.update(collector.lost)
         if not log_missing:
-            return collector.answers, dropped
+            return collector.answers, dropped, rows
         for site in collector.missing():
             dropped[site] = f"no answer within the {phase} deadline ({timeout:g} s)"
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
-        return collector.answers, dropped
+        return collector.answers, dropped, rows
 
     def _offer_batch(self, envelope: Envelope, session: int, phase: str) -> str | None:
         if envelope.session != session or envelope.payload["phase"] != phase:
@@ -321,12 +318,12 @@ class Coordinator:
         if dropped:
             for site, reason in dropped.items():
                 self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
-            return {}, dropped
+            return {}, dropped, {}
         def tell_shuffler(lost: dict[str, str]) -> None:  # its batch need not wait for them
             self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": lost}), "batch_lost",
                              peer=SHUFFLER_ID, trial=trial, phase=phase, session=session)
 
-        answers, dropped = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial,
+        answers, dropped, rows = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial,
                                        until=lambda: self._batch is not None, log_missing=False,
                                        on_lost=tell_shuffler)
         batch, self._batch = self._batch, None
@@ -340,7 +337,7 @@ class Coordinator:
         dropped = {**lost, **dropped}
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
-        return answers, dropped
+        return answers, dropped, rows
 
     def _await_batch_ready(self, session: int, phase: str, deadline: float) -> bool:
         """Wait for the shuffler's `batch_ready` of this session and phase; anything else that
@@ -429,3 +426,9 @@ class Coordinator:
     def _reject_envelope(self, envelope: Envelope, reason: str) -> None:
         self.events.write("rejected", site=envelope.sender, session=envelope.session,
                           type=envelope.type, reason=reason)
+
+
+def answer_row(rows: dict[str, dict], site: str) -> dict:
+    """The ledger row of a site's accepted answer in a phase (`_phase`'s rows); answers that came
+    through the shuffler share the batch's row."""
+    return rows.get(site) or rows.setdefault(SHUFFLER_ID, {})
