@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from quorum.runner.outputs import RunDirectory  # noqa: E402
-from quorum.runner.study import run_study  # noqa: E402
-from quorum.scenarios.scenario import validate_scenario  # noqa: E402
+from runner.outputs import RunDirectory  # noqa: E402
+from runner.study import run_study  # noqa: E402
+from scenarios.scenario import validate_scenario  # noqa: E402
 
 METHODS = [
     {"name": "fedcp_qq"},

@@ -37,8 +37,8 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from quorum.runner.outputs import RunDirectory  # noqa: E402
-from quorum.runner.study import run_study  # noqa: E402
+from runner.outputs import RunDirectory  # noqa: E402
+from runner.study import run_study  # noqa: E402
 from quorum import load_scenario  # noqa: E402
 
 DIGITS, BLOBS = "scenarios/fedtype-digits.yaml", "scenarios/fedtype-blobs.yaml"

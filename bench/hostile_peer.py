@@ -32,11 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from quorum.coordinator.driver import Coordinator, Deadlines  # noqa: E402
-from quorum.coordinator.events import EventLog  # noqa: E402
-from quorum.protocol.methods import METHODS  # noqa: E402
-from quorum.transport.channel import RouterChannel, DealerChannel  # noqa: E402
-from quorum.transport.security import generate_keys, load_client_keys, load_server_keys  # noqa: E402
+from coordinator.driver import Coordinator, Deadlines  # noqa: E402
+from coordinator.events import EventLog  # noqa: E402
+from protocol.methods import METHODS  # noqa: E402
+from transport.channel import RouterChannel, DealerChannel  # noqa: E402
+from transport.security import generate_keys, load_client_keys, load_server_keys  # noqa: E402
 
 HOSTILE = "site-hostile"
 
@@ -81,7 +81,7 @@ import sys, time, zmq
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {bench!r})
 from hostile_peer import HOSTILE, bomb, big_join
-from quorum.transport.security import load_client_keys, secure_client
+from transport.security import load_client_keys, secure_client
 keys = load_client_keys({keys!r}, HOSTILE)
 socket = zmq.Context.instance().socket(zmq.DEALER)
 socket.setsockopt(zmq.LINGER, 0)

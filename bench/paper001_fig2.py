@@ -27,11 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quorum.data.synthetic import paper001_chi2, paper001_uniform  # noqa: E402
-from quorum.stats.ddg import flat_histogram, quantile_error  # noqa: E402
-from quorum.stats.dp import Bins  # noqa: E402
-from quorum.protocol.inprocess import run_session  # noqa: E402
-from quorum.protocol.methods import METHODS  # noqa: E402
+from data.synthetic import paper001_chi2, paper001_uniform  # noqa: E402
+from stats.ddg import flat_histogram, quantile_error  # noqa: E402
+from stats.dp import Bins  # noqa: E402
+from protocol.inprocess import run_session  # noqa: E402
+from protocol.methods import METHODS  # noqa: E402
 
 ESTIMATORS = {"flat, estimated n": ("flat", "estimated", "exact"), "flat, exact n": ("flat", "exact", "exact"),
               "hierarchical": ("hierarchical", "exact", "exact"),
@@ -92,8 +92,8 @@ def over_agents(epsilons, runs: int, out: Path) -> None:
 
     import yaml
 
-    from quorum.runner.study import run_study
-    from quorum.scenarios.scenario import validate_scenario
+    from runner.study import run_study
+    from scenarios.scenario import validate_scenario
 
     path = Path(__file__).resolve().parents[1] / "scenarios" / "paper001" / "fig2-chi2-n512-b32.yaml"
     base = yaml.safe_load(path.read_text())

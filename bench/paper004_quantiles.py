@@ -22,9 +22,9 @@ from scipy import optimize, stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quorum.stats.fedquantiles import (lambda_grid, naive_table_quantile, yj_likelihood_quantile,  # noqa: E402
+from stats.fedquantiles import (lambda_grid, naive_table_quantile, yj_likelihood_quantile,  # noqa: E402
                                 yj_site_moments, yj_table_quantile)
-from quorum.stats.kanon import apply_release, first_release, join_release  # noqa: E402
+from stats.kanon import apply_release, first_release, join_release  # noqa: E402
 
 TABLE_1 = {3: [698, 476, 326], 5: [492, 368, 276, 208, 156], 10: [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]}
 LEVELS = (0.02, 0.25, 0.5, 0.75, 0.98)

@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from quorum.stats import optimizer, planner  # noqa: E402
-from quorum.stats.orderstats import qq_coverage_table  # noqa: E402
+from stats import optimizer, planner  # noqa: E402
+from stats.orderstats import qq_coverage_table  # noqa: E402
 
 EQUAL = [(10, 20), (50, 20), (100, 10), (10, 100), (100, 100), (200, 500), (500, 500), (1000, 10),
          (10, 1000), (1000, 1000), (2000, 2000)]

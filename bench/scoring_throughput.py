@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from quorum.models import MODELS  # noqa: E402
-from quorum.specs.schema import validate  # noqa: E402
+from models import MODELS  # noqa: E402
+from specs.schema import validate  # noqa: E402
 
 PARAMS = {"ridge": {}, "cqr_forest": {"n_estimators": 100, "min_samples_leaf": 5, "tune": False},
           "cqr_net": {"epochs": 3}, "classifier": {"epochs": 3, "score": "raps"}}

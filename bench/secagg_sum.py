@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quorum.protocol.codecs.secagg_ddg import SecAggDDG  # noqa: E402
-from quorum.protocol.methods.base import Send  # noqa: E402
-from quorum.protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite  # noqa: E402
-from quorum.protocol.secagg.graph import default_degree, default_threshold  # noqa: E402
-from quorum.protocol.secagg.protocol import SecAggParams, add_mod  # noqa: E402
+from protocol.codecs.secagg_ddg import SecAggDDG  # noqa: E402
+from protocol.methods.base import Send  # noqa: E402
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite  # noqa: E402
+from protocol.secagg.graph import default_degree, default_threshold  # noqa: E402
+from protocol.secagg.protocol import SecAggParams, add_mod  # noqa: E402
 
 BITS, LENGTH = 32, 1024
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from quorum.stats.randomness import site_rng
+from stats.randomness import site_rng
 
 ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
            "batch_of_one")
@@ -154,7 +154,7 @@ class Adversary:
                           f"cell's last value (the paper's first-limit rule: all of them)")
 
     def _replay(self, record: AttackRecord, session: int, requests: dict[str, dict], answers: dict) -> None:
-        from quorum.stats.dp import Bins, exponential_mechanism_log_probabilities
+        from stats.dp import Bins, exponential_mechanism_log_probabilities
 
         hits, chance = 0, 0.0
         for site, released in answers.items():
@@ -184,7 +184,7 @@ def fabricated_limits(limits: list[float], bins: int) -> list[float]:
 def inflated(body: dict, factor: float) -> dict:
     """A request whose central claim says `factor` times the messages (or inputs) it has, with
     the smaller epsilon that many would back, so that a site taking the word would book less."""
-    from quorum.stats.amplification import shuffled_epsilon
+    from stats.amplification import shuffled_epsilon
 
     if isinstance(body.get("central"), dict) and "messages" in body["central"]:
         central = dict(body["central"])
@@ -201,7 +201,7 @@ def inflated_public(public: dict, factor: float) -> dict:
     central = dict(public["central"])
     if "messages" in central:
         return inflated(public, factor)
-    from quorum.stats.ddg import histogram_epsilon
+    from stats.ddg import histogram_epsilon
 
     central["inputs"] = int(central["inputs"] * factor)
     central["epsilon"] = histogram_epsilon(public["c"], central["inputs"], float(public["sigma2"]),

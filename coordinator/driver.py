@@ -19,19 +19,19 @@ from typing import Iterable
 
 import numpy as np
 
-from quorum.coordinator.events import EventLog
-from quorum.protocol.codecs import PayloadError
-from quorum.protocol.engine import Requests, Session, batch_answers, join_problem
-from quorum.protocol.methods import Method, Outcome
-from quorum.protocol.noise import coordinator_rng
-from quorum.protocol.phases import PhaseCollector, SequenceGuard, phase_spec
-from quorum.protocol.sessions import join_session, method_session
-from quorum.protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
-from quorum.stats.randomness import site_rng
-from quorum.transport.channel import COORDINATOR_ID, RouterChannel, Incoming
-from quorum.transport.faults import FaultInjector, kill_self
-from quorum.transport.ledger import Ledger, handshake_bytes
-from quorum.transport.outbox import Outbox
+from coordinator.events import EventLog
+from protocol.codecs import PayloadError
+from protocol.engine import Requests, Session, batch_answers, join_problem
+from protocol.methods import Method, Outcome
+from protocol.noise import coordinator_rng
+from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
+from protocol.sessions import join_session, method_session
+from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
+from stats.randomness import site_rng
+from transport.channel import COORDINATOR_ID, RouterChannel, Incoming
+from transport.faults import FaultInjector, kill_self
+from transport.ledger import Ledger, handshake_bytes
+from transport.outbox import Outbox
 
 
 BATCH_GRACE = 5.0  # seconds the coordinator waits for the shuffler's batch beyond the phase deadline
@@ -192,8 +192,8 @@ class Coordinator:
     def _observe_attack(self, rule, record, session, requests, decoded, dropped) -> None:
         self.adversary.observe(record, rule, session, requests, decoded, dropped)
         if rule["attack"] == "fabricated_table":
-            from quorum.stats.kanon import KAnonymityError
-            from quorum.protocol.methods.kanon_table import release_from_summary
+            from stats.kanon import KAnonymityError
+            from protocol.methods.kanon_table import release_from_summary
 
             for site, value in decoded.items():
                 if not requests.get(site, {}).get("limits"):
@@ -208,7 +208,7 @@ class Coordinator:
         """forbidden_method / switch_method: ask every joined site for the method `rule["ask"]` in
         this session (its first phase, an empty body) and record who answered; the session
         ends aborted when the request replaced the method's own (forbidden_method)."""
-        from quorum.protocol.methods import METHODS
+        from protocol.methods import METHODS
 
         other = METHODS[rule["ask"]]
         phase, codec = other.phases[0], other.codec_class()()

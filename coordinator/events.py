@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quorum.protocol.wire import short
+from protocol.wire import short
 
 #: the longest reason an event keeps (refusals can quote a peer's own bytes; issue 36)
 MAX_EVENT_REASON = 1000

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.data.split import check_capacity, partition
+from data.split import check_capacity, partition
 
 KINDS = ("none", "sort", "response", "cluster", "location", "scale", "dirichlet")
 HETEROGENEITY_FIELDS = {

@@ -17,9 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from quorum.data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
-from quorum.data.synthetic import CLASSIFICATION_GENERATORS, GENERATORS
-from quorum.specs.plugins import Registry, params_problem, subclass_problem
+from data.real import DATASETS, DatasetMissing, csv_columns, default_directory, load_csv, load_real, missing_files
+from data.synthetic import CLASSIFICATION_GENERATORS, GENERATORS
+from specs.plugins import Registry, params_problem, subclass_problem
 
 SKLEARN_SETS = {"diabetes": "regression", "digits": "classification", "iris": "classification",
                 "wine": "classification", "breast_cancer": "classification"}
@@ -205,5 +205,5 @@ def check_source(cls: type) -> str | None:
 
 #: Quorum's own data sources; others register under the entry-point group quorum.data (specs.plugins)
 SOURCES = Registry("data source", "quorum.data", {
-    "synthetic": "quorum.data.sources:Synthetic", "real": "quorum.data.sources:Real", "csv": "quorum.data.sources:CSV",
-    "sklearn": "quorum.data.sources:SKLearn"}, key="name", check=check_source)
+    "synthetic": "data.sources:Synthetic", "real": "data.sources:Real", "csv": "data.sources:CSV",
+    "sklearn": "data.sources:SKLearn"}, key="name", check=check_source)

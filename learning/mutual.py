@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.learning.train import SiteData, TrainingConfig, batches
+from learning.train import SiteData, TrainingConfig, batches
 
 
 def mutual_losses(private_logits, meme_logits, labels, alpha: float, beta: float):

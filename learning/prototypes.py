@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.learning.train import SiteData, TrainingConfig, batches
+from learning.train import SiteData, TrainingConfig, batches
 
 
 def with_embedding(spec: dict, width: int) -> dict:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from quorum.learning.nets import accuracy, logits
-from quorum.learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
+from learning.nets import accuracy, logits
+from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
                            forward_kd_loss)
 
 #: appendix C: a client's data split into local training, testing and conformal (validation) sets

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quorum.models.scores import cumulative_mass
-from quorum.stats.conformal import split_conformal_threshold
+from models.scores import cumulative_mass
+from stats.conformal import split_conformal_threshold
 
 #: appendix F (after Angelopoulos et al. 2020): temperature scaling by L-BFGS, lr 0.01, 10 iterations
 TEMPERATURE_LR = 0.01

@@ -2,8 +2,8 @@
 new one is one module and one line); another package's are entry points in the group
 `quorum.models` or import paths in a scenario's model.kind (specs.plugins)."""
 
-from quorum.models.base import Model
-from quorum.specs.plugins import Registry, params_problem, subclass_problem
+from models.base import Model
+from specs.plugins import Registry, params_problem, subclass_problem
 
 TASKS = ("regression", "classification", "two_sample")
 DATA_KINDS = ("scores", "two_sample", "examples")
@@ -22,9 +22,9 @@ def check_model(cls: type) -> str | None:
 
 
 MODELS = Registry("model kind", "quorum.models", {
-    "ridge": "quorum.models.ridge:Ridge", "cqr_forest": "quorum.models.cqr_forest:CQRForest", "cqr_net": "quorum.models.cqr_net:CQRNet",
-    "classifier": "quorum.models.classifier:Classifier", "value": "quorum.models.value:Value",
-    "two_sample": "quorum.models.two_sample:TwoSample", "examples": "quorum.models.examples:Examples",
+    "ridge": "models.ridge:Ridge", "cqr_forest": "models.cqr_forest:CQRForest", "cqr_net": "models.cqr_net:CQRNet",
+    "classifier": "models.classifier:Classifier", "value": "models.value:Value",
+    "two_sample": "models.two_sample:TwoSample", "examples": "models.examples:Examples",
 }, key="kind", check=check_model)
 
 __all__ = ["MODELS", "Model", "check_model"]

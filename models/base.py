@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from quorum.models.scores import SCORES, coverage_and_size
+from models.scores import SCORES, coverage_and_size
 
 
 class Model(ABC):

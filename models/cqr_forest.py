@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.models.base import Model
+from models.base import Model
 
 
 class CQRForest(Model):

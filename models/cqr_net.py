@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.models.torch_nets import TRAINING_PARAMS, TorchModel, mlp
+from models.torch_nets import TRAINING_PARAMS, TorchModel, mlp
 
 
 def pinball_loss(predicted, target, levels):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.models.base import DataOnly
+from models.base import DataOnly
 
 
 class Examples(DataOnly):

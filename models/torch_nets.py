@@ -13,7 +13,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from quorum.models.base import Model, in_site_process
+from models.base import Model, in_site_process
 
 INFERENCE_BATCH = 8192
 

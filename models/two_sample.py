@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.data.heterogeneity import treatment_group
-from quorum.models.base import DataOnly
+from data.heterogeneity import treatment_group
+from models.base import DataOnly
 
 
 class TwoSample(DataOnly):

@@ -28,9 +28,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from quorum.protocol.codecs import PayloadError
-from quorum.protocol.methods.base import Method, Outcome, Send, guarded
-from quorum.protocol.shuffle import anonymous_label
+from protocol.codecs import PayloadError
+from protocol.methods.base import Method, Outcome, Send, guarded
+from protocol.shuffle import anonymous_label
 
 
 def join_problem(n: Any, max_n: int) -> str | None:

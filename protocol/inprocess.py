@@ -12,9 +12,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from quorum.protocol.engine import Requests, Session, batch_answers
-from quorum.protocol.methods.base import Method, Outcome, RequestError
-from quorum.protocol.shuffle import ShuffleBatch
+from protocol.engine import Requests, Session, batch_answers
+from protocol.methods.base import Method, Outcome, RequestError
+from protocol.shuffle import ShuffleBatch
 
 #: ask(site, phase, request body) -> the site's response as it goes on the wire: the codec's
 #: *encoded* body (what `Codec.encode` returns, e.g. `codec.encode(half.answer(phase, body))`),

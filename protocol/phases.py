@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from quorum.protocol.wire import Envelope
+from protocol.wire import Envelope
 
 
 @dataclass(frozen=True)

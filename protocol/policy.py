@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from quorum.protocol.accounting import Spend
-from quorum.protocol.noise import NOISE_SOURCES
+from protocol.accounting import Spend
+from protocol.noise import NOISE_SOURCES
 
 #: the scenario's `sites.policy` and the `policy:` part of a site operator's file
 POLICY_FIELDS = {

@@ -28,7 +28,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field
 
-from quorum.protocol.accounting import MAX_CLAIMED
+from protocol.accounting import MAX_CLAIMED
 
 MAX_CIPHERTEXT = 4096
 KEY_DIGEST_BYTES = 16

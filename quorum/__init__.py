@@ -12,15 +12,15 @@
 Site processes never re-run the caller's script, so no `if __name__ == "__main__":` guard is needed.
 """
 
-from quorum._house import install_finder
+from quorum._house import install
 
-install_finder()  # in a checkout: quorum.protocol, quorum.runner, ... are the folders beside quorum/
+install()  # in a checkout: the house on the path, and quorum.protocol, ... the same modules as protocol, ...
 
 # The API loads on first use (PEP 562), so that `import quorum.sites.host` in a site process costs
 # no more than the site needs: the harness (pandas, plotting) is imported only by who calls it.
 _API = {"plan": "quorum.planning", "Run": "quorum.runs", "RunDirectoryError": "quorum.runs",
         "open_run": "quorum.runs", "run": "quorum.runs", "sweep": "quorum.runs", "Scenario": "quorum.scenario",
-        "load_scenario": "quorum.scenario", "ScenarioError": "quorum.specs.schema"}
+        "load_scenario": "quorum.scenario", "ScenarioError": "quorum.scenario"}
 
 __all__ = sorted(_API)
 

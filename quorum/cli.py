@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from quorum.specs.schema import ScenarioError
+from specs.schema import ScenarioError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,15 +85,15 @@ def _run_with_progress(spec, out, start):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from quorum import RunDirectoryError
-    from quorum.runner.privacy import privacy_line
-    from quorum.runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
-    from quorum.runner.study import ResumeError
+    from runner.privacy import privacy_line
+    from runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
+    from runner.study import ResumeError
     spec = spec.to_dict()
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
     if spec["sites"]["policy"]["noise"] == "seeded":
-        from quorum.protocol.noise import NOT_PRIVATE
+        from protocol.noise import NOT_PRIVATE
 
         console.print(f"[bold red]WARNING: {NOT_PRIVATE}[/] (sites.policy.noise: seeded)")
     sessions = spec["trials"] * len(spec["methods"])
@@ -185,8 +185,8 @@ def _cell(value) -> str:
 def plot(runs, out):
     """Pool the results of several RUNS (e.g. one per data set) into one coverage and set-size
     box plot per method, one point per trial of each run (paper 000 figure 4)."""
-    from quorum.runner.outputs import RunDirectory
-    from quorum.runner.plots import run_plots
+    from runner.outputs import RunDirectory
+    from runner.plots import run_plots
 
     rows, alphas = [], set()
     for path in runs:
@@ -317,9 +317,9 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
          policy_file):
     """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
     serving all the sites named (--sites-per-process splits them over several)."""
-    from quorum.runner.processes import SiteHosts
-    from quorum.world.trial import site_ids as all_site_ids
-    from quorum.transport.faults import resolve_rules
+    from runner.processes import SiteHosts
+    from world.trial import site_ids as all_site_ids
+    from transport.faults import resolve_rules
 
     spec = _load_or_exit(scenario, []).to_dict() if scenario else None
     ids = list(site_ids) + _parse_site_range(site_range, spec)
@@ -333,7 +333,7 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
                           [m["label"] for m in spec["methods"]]) if spec else []
     policy = budget = None
     if policy_file:
-        from quorum.scenarios.scenario import load_site_policy
+        from scenarios.scenario import load_site_policy
 
         try:
             policy, budget = load_site_policy(policy_file)
@@ -370,9 +370,9 @@ def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_k
     pair in one directory (one machine, or tests: whoever holds it holds every secret)."""
     import shutil
 
-    from quorum.protocol.wire import SHUFFLER_ID
-    from quorum.world.trial import site_ids
-    from quorum.transport.security import (COORDINATOR_KEY, KeyDirectoryError, generate_keys, make_key_pair,
+    from protocol.wire import SHUFFLER_ID
+    from world.trial import site_ids
+    from transport.security import (COORDINATOR_KEY, KeyDirectoryError, generate_keys, make_key_pair,
                                     private_key_directory)
 
     directory = Path(directory)
@@ -439,7 +439,7 @@ def new_method(name, parent):
 
 
 def _parse_site_range(text, spec) -> list[str]:
-    from quorum.world.trial import site_ids
+    from world.trial import site_ids
 
     if not text:
         return []

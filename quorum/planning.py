@@ -14,9 +14,9 @@ from __future__ import annotations
 
 def plan(alpha: float, sites: int | None = None, n: int | None = None, sizes=None, *, optimize: bool = False,
          dropouts: int = 0, table: bool = False) -> dict:
-    from quorum.stats.optimizer import plan_optimized
-    from quorum.stats.orderstats import qq_coverage_table
-    from quorum.stats.planner import plan_paper_rule, plan_quantile_of_quantiles
+    from stats.optimizer import plan_optimized
+    from stats.orderstats import qq_coverage_table
+    from stats.planner import plan_paper_rule, plan_quantile_of_quantiles
 
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")

@@ -16,14 +16,14 @@ test to start from.
 
 from __future__ import annotations
 
-from quorum.data.sources import Dataset, DataSource
-from quorum.models.base import Model
-from quorum.protocol.accounting import Spend
-from quorum.protocol.codecs.base import Codec, PayloadError
-from quorum.protocol.inprocess import Ask, drive, run_session
-from quorum.protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned,
+from data.sources import Dataset, DataSource
+from models.base import Model
+from protocol.accounting import Spend
+from protocol.codecs.base import Codec, PayloadError
+from protocol.inprocess import Ask, drive, run_session
+from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned,
                                           RequestError, Send, SiteHalf, Step)
-from quorum.protocol.noise import PrivacyNoise, SeededNoise
+from protocol.noise import PrivacyNoise, SeededNoise
 
 #: the entry-point group of each kind of plugin (pyproject.toml: [project.entry-points."GROUP"])
 GROUPS = {"method": "quorum.methods", "codec": "quorum.codecs", "model": "quorum.models", "data": "quorum.data"}

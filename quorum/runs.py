@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from quorum.scenario import Scenario, as_scenario
-from quorum.runner.outputs import RunDirectory
-from quorum.specs.schema import ScenarioError
+from runner.outputs import RunDirectory
+from specs.schema import ScenarioError
 
 
 class RunDirectoryError(ValueError):
@@ -91,7 +91,7 @@ class Run:
     def timeline(self, trial: int | None = None, out: str | Path | None = None) -> Path:
         """Draw `trial`'s timeline (default: the first with a dropout, refusal or fault) to
         `out` (default DIR/timeline.png), rewriting DIR/trace.json; returns the PNG's path."""
-        from quorum.runner.study import write_timeline
+        from runner.study import write_timeline
 
         return write_timeline(self.path, trial, Path(out) if out else None)[1]
 
@@ -122,7 +122,7 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
     run in `out` after its coordinator was killed. progress(trial, label, row): called as each
     session's row is written. external_sites / on_listening: as `run.py coordinator`, for sites
     started by hand; on_listening(endpoint) gets the address actually bound."""
-    from quorum.runner.study import run_study
+    from runner.study import run_study
 
     scenario = as_scenario(scenario)
     check_backend(scenario, backend)
@@ -153,7 +153,7 @@ def sweep(scenario: "Scenario | dict | str | Path", grid: dict | list, out: str 
     strings as `--grid` takes them) into `out` (default runs/NAME-sweep-TIMESTAMP); returns
     sweep.csv as a DataFrame (one row per combination and method; column `run` names each
     combination's run directory under `out`)."""
-    from quorum.runner.sweep import parse_grid, run_sweep
+    from runner.sweep import parse_grid, run_sweep
 
     scenario = as_scenario(scenario)
     check_backend(scenario, backend)

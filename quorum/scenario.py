@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from quorum.scenarios.scenario import override_scenario, validate_scenario
-from quorum.specs.schema import ScenarioError, read_yaml
+from scenarios.scenario import override_scenario, validate_scenario
+from specs.schema import ScenarioError, read_yaml
 
 
 class Scenario:

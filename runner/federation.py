@@ -10,25 +10,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from quorum.coordinator.driver import Coordinator, Deadlines
-from quorum.coordinator.events import EventLog
-from quorum.protocol.inprocess import drive
-from quorum.protocol.methods import Method, Outcome
-from quorum.protocol.engine import Session, join_problem
-from quorum.protocol.sessions import join_session, method_session
-from quorum.protocol.wire import SHUFFLER_ID
-from quorum.runner.processes import ShufflerProcess, SiteHosts, placement
-from quorum.scenarios.scenario import plugin_paths
-from quorum.sites.host import descriptors_needed, raise_open_files
-from quorum.sites.local import SiteLocal
-from quorum.sites.trials import TrialCache
-from quorum.stats.randomness import site_rng
-from quorum.transport.channel import COORDINATOR_ID, RouterChannel
-from quorum.transport.faults import FaultInjector
-from quorum.transport.ledger import Ledger
-from quorum.transport.security import load_server_keys, write_public_key
-from quorum.protocol.noise import coordinator_rng
-from quorum.protocol.policy import SitePolicy
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.inprocess import drive
+from protocol.methods import Method, Outcome
+from protocol.engine import Session, join_problem
+from protocol.sessions import join_session, method_session
+from protocol.wire import SHUFFLER_ID
+from runner.processes import ShufflerProcess, SiteHosts, placement
+from scenarios.scenario import plugin_paths
+from sites.host import descriptors_needed, raise_open_files
+from sites.local import SiteLocal
+from sites.trials import TrialCache
+from stats.randomness import site_rng
+from transport.channel import COORDINATOR_ID, RouterChannel
+from transport.faults import FaultInjector
+from transport.ledger import Ledger
+from transport.security import load_server_keys, write_public_key
+from protocol.noise import coordinator_rng
+from protocol.policy import SitePolicy
 
 
 class ProcessFederation:
@@ -52,7 +52,7 @@ class ProcessFederation:
         self._ray_connected = False
         bind, shuffler_bind = runtime["bind"], runtime["shuffler_bind"]
         if on_ray:
-            from quorum.runner import ray_hosts
+            from runner import ray_hosts
 
             self._ray_connected = ray_hosts.connect(self.launcher["address"])
             bind, shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, shuffler_bind))
@@ -83,7 +83,7 @@ class ProcessFederation:
         if self.shuffler is not None and not on_ray:
             endpoint = self._start_shuffler()
         if on_ray:
-            from quorum.runner.ray_hosts import RayHosts
+            from runner.ray_hosts import RayHosts
 
             def before_serve(publics: dict[str, bytes]) -> str | None:
                 """The hosts made their sites' key pairs: admit the public halves, then start the

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import betainc
 
-from quorum.data.heterogeneity import blended_key, shift_response
-from quorum.models.scores import SCORES
-from quorum.stats.poissonbinomial import poisson_binomial_pmf
+from data.heterogeneity import blended_key, shift_response
+from models.scores import SCORES
+from stats.poissonbinomial import poisson_binomial_pmf
 
 EVALUATION_POINTS = 400
 MIN_BLOCK = 30

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from quorum.transport.security import private_directory
+from transport.security import private_directory
 
 RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
                   "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",

@@ -22,11 +22,11 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from quorum.runner.outputs import csv_cell
-from quorum.protocol.accounting import Budget, SiteAccount, basic_composition
-from quorum.protocol.noise import NOT_PRIVATE
-from quorum.protocol.sessions import method_session
-from quorum.sites.storage import AccountCorrupt, account_path, read_account
+from runner.outputs import csv_cell
+from protocol.accounting import Budget, SiteAccount, basic_composition
+from protocol.noise import NOT_PRIVATE
+from protocol.sessions import method_session
+from sites.storage import AccountCorrupt, account_path, read_account
 
 COLUMNS = ["site", "method", "releases", "reused", "refused", "non_private", "kanon_tables", "epsilon_basic",
            "delta_basic", "epsilon_composed", "composition", "delta", "scope", "noise"]

@@ -22,10 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.protocol.wire import SHUFFLER_ID
+from protocol.wire import SHUFFLER_ID
 
+HOUSE_PREFIX = __name__.removesuffix("runner.processes")  # "" in a checkout, "quorum." in an install
 PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "quantile_forest",
-           "quorum.sites.host", "quorum.shuffler.driver"]
+           f"{HOUSE_PREFIX}sites.host", f"{HOUSE_PREFIX}shuffler.driver"]
 
 PROCESS_MEMORY = 64 * 2**20  # what one site process costs with a small model loaded (measured ~34 MB), with room
 PER_SITE_LIMIT = 64  # at most this many one-site processes, however large the machine
@@ -50,7 +51,7 @@ def placement(count: int, spec, cores: int | None = None, available: int | None 
         return Placement(k, math.ceil(count / k), f"sites_per_process: {spec} (scenario)")
     cores = cores or os.cpu_count() or 1
     if available is None:
-        from quorum.sites.storage import available_memory
+        from sites.storage import available_memory
 
         available = available_memory() or 2**34
     cheap = int(min(PER_SITE_LIMIT, available // 4 // PROCESS_MEMORY))
@@ -92,7 +93,7 @@ def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_p
 
     setproctitle.setproctitle(host_title(name, site_ids))
     _log_to(log_path)
-    from quorum.transport.security import load_client_keys
+    from transport.security import load_client_keys
 
     keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
     shuffler_keys = ({site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids}
@@ -120,13 +121,13 @@ def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, key
     loaded here first so that the sites know them by name."""
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     os.umask(0o077)  # a site's shards, model copies, account and log: its own user's only
-    from quorum.sites.agent import SiteAgent
-    from quorum.sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
-    from quorum.sites.trials import TrialCache
-    from quorum.transport.faults import FaultInjector
+    from sites.agent import SiteAgent
+    from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
+    from sites.trials import TrialCache
+    from transport.faults import FaultInjector
 
     title = host_title(name, site_ids)
-    from quorum.scenarios.scenario import load_plugins, plugin_paths
+    from scenarios.scenario import load_plugins, plugin_paths
 
     load_plugins(plugin_paths(scenario) if scenario is not None else plugins or {})
     raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
@@ -168,9 +169,9 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
     setproctitle.setproctitle("quorum-shuffler")
     os.umask(0o077)
     _log_to(log_path)
-    from quorum.shuffler.driver import serve
-    from quorum.sites.host import descriptors_needed, raise_open_files
-    from quorum.transport.security import load_client_keys, load_server_keys
+    from shuffler.driver import serve
+    from sites.host import descriptors_needed, raise_open_files
+    from transport.security import load_client_keys, load_server_keys
 
     raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the shuffler")
 

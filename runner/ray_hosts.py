@@ -28,7 +28,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from quorum.protocol.wire import SHUFFLER_ID
+from protocol.wire import SHUFFLER_ID
 
 log = logging.getLogger("quorum.ray")
 
@@ -66,7 +66,7 @@ def connect(address: str) -> bool:
 def _on_loopback(address: str) -> bool:
     from ray._private import services
 
-    from quorum.transport.channel import is_loopback
+    from transport.channel import is_loopback
 
     if address.startswith("ray://"):
         return False
@@ -80,7 +80,7 @@ def reachable_bind(bind: str) -> str:
     this machine (127.0.0.1 again when the cluster itself runs on loopback)."""
     import ray
 
-    from quorum.scenarios.scenario import SCENARIO_FIELDS
+    from scenarios.scenario import SCENARIO_FIELDS
 
     runtime = SCENARIO_FIELDS["runtime"]["fields"]
     if bind not in (runtime["bind"]["default"], runtime["shuffler_bind"]["default"]):
@@ -91,7 +91,7 @@ def reachable_bind(bind: str) -> str:
 def host_count(sites: int, spec, nodes: int) -> int:
     """launcher.hosts: a number, or auto: one host per alive node, more when a host would serve
     more than runner.processes.SITES_PER_HOST sites; never more hosts than sites."""
-    from quorum.runner.processes import SITES_PER_HOST
+    from runner.processes import SITES_PER_HOST
 
     wanted = int(spec) if spec != "auto" else max(nodes, math.ceil(sites / SITES_PER_HOST))
     return max(1, min(sites, wanted))
@@ -116,7 +116,7 @@ def _actor_class():
         def make_keys(self, sites: list[str], coordinator_public: bytes, shuffler_public: bytes | None) -> dict:
             """A key pair for each of `sites`, made here and kept in this process's memory; the
             public halves go back to the harness (site -> Z85 public key)."""
-            from quorum.transport.security import ClientKeys, new_key_pair
+            from transport.security import ClientKeys, new_key_pair
 
             publics = {}
             for site in sites:
@@ -130,7 +130,7 @@ def _actor_class():
         def serve(self, name: str, site_ids: list[str], endpoint: str, log_dir: str, workdir: str, options: dict) -> int:
             import setproctitle
 
-            from quorum.runner.processes import host_title, run_host
+            from runner.processes import host_title, run_host
 
             setproctitle.setproctitle(host_title(name, site_ids))
             if Path(log_dir).is_dir():  # this node sees the run's directory (one machine, a shared file system)
@@ -210,7 +210,7 @@ class RayHosts:
             self.where[calls[ref]] = ray.get(ref, timeout=self.start_timeout)
         publics: dict[str, bytes] = {}
         if self.key_dir is not None:
-            from quorum.transport.security import COORDINATOR_KEY, load_public_key
+            from transport.security import COORDINATOR_KEY, load_public_key
 
             servers = (load_public_key(self.key_dir, COORDINATOR_KEY),
                        load_public_key(self.key_dir, SHUFFLER_ID) if self.shuffler else None)

@@ -15,28 +15,28 @@ from pathlib import Path
 
 import numpy as np
 
-from quorum.coordinator.adversary import Adversary
-from quorum.coordinator.events import EventLog
-from quorum.data.heterogeneity import shift_response
-from quorum.protocol.accounting import Budget
-from quorum.protocol.methods import METHODS, Outcome
-from quorum.protocol.noise import NOT_PRIVATE
-from quorum.protocol.wire import SHUFFLER_ID
-from quorum.runner.federation import InProcessFederation, ProcessFederation
-from quorum.runner.heterogeneity import HeterogeneityReport
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.plots import learning_plot, run_plots
-from quorum.runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
-from quorum.runner.report import communication, summarize
-from quorum.runner.timeline import draw_timeline
-from quorum.runner.trace import Timeline, write_trace
-from quorum.scenarios.scenario import method_params
-from quorum.sites.storage import remove_trial, write_trial
-from quorum.stats.randomness import trial_rng
-from quorum.transport.faults import resolve_rules
-from quorum.transport.ledger import Ledger, read_ledger
-from quorum.transport.security import generate_keys
-from quorum.world.trial import TrialWorld, build_trial, site_ids
+from coordinator.adversary import Adversary
+from coordinator.events import EventLog
+from data.heterogeneity import shift_response
+from protocol.accounting import Budget
+from protocol.methods import METHODS, Outcome
+from protocol.noise import NOT_PRIVATE
+from protocol.wire import SHUFFLER_ID
+from runner.federation import InProcessFederation, ProcessFederation
+from runner.heterogeneity import HeterogeneityReport
+from runner.outputs import RunDirectory
+from runner.plots import learning_plot, run_plots
+from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
+from runner.report import communication, summarize
+from runner.timeline import draw_timeline
+from runner.trace import Timeline, write_trace
+from scenarios.scenario import method_params
+from sites.storage import remove_trial, write_trial
+from stats.randomness import trial_rng
+from transport.faults import resolve_rules
+from transport.ledger import Ledger, read_ledger
+from transport.security import generate_keys
+from world.trial import TrialWorld, build_trial, site_ids
 
 BACKENDS = ("processes", "inprocess")
 
@@ -195,7 +195,7 @@ def write_timeline(path: Path, trial: int | None = None, png: Path | None = None
 def _fedcp_qq_orders(scenario: dict):
     """sizes -> the per-site orders of the scenario's FedCP-QQ plan (its first fedcp_qq entry, or
     the default planner), for proposition 3.4; None when no plan reaches 1 - alpha."""
-    from quorum.protocol.methods.fedcp_qq import FedCPQQ
+    from protocol.methods.fedcp_qq import FedCPQQ
 
     spec = next((m for m in scenario["methods"] if m["name"] == "fedcp_qq"), {"name": "fedcp_qq"})
     method = FedCPQQ(scenario["alpha"], **{k: v for k, v in spec.items() if k in ("planner", "dropouts")})
@@ -288,7 +288,7 @@ def _worst_quantile_error(details: dict, method, world: TrialWorld) -> float | N
     indices = details.get("quantile_indices")
     if not indices:
         return None
-    from quorum.stats.ddg import flat_histogram
+    from stats.ddg import flat_histogram
 
     included = details.get("included") or list(world.site_scores)
     values = np.concatenate([world.site_scores[s] for s in included])

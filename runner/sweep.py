@@ -22,11 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from quorum.runner.outputs import RunDirectory, csv_cell
-from quorum.runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import override_scenario, validate_scenario
-from quorum.specs.schema import ScenarioError
+from runner.outputs import RunDirectory, csv_cell
+from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
+from runner.study import run_study
+from scenarios.scenario import override_scenario, validate_scenario
+from specs.schema import ScenarioError
 
 SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
                  "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quorum.runner.trace import COORDINATOR, SHUFFLER, Timeline
+from runner.trace import COORDINATOR, SHUFFLER, Timeline
 
 MARKS = {  # instant category -> (marker, colour, legend)
     "dropout": ("x", "#d62728", "dropout"),

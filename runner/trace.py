@@ -28,11 +28,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.protocol.sessions import method_index
-from quorum.runner.outputs import RunDirectory
-from quorum.transport.faults import MESSAGE_ACTIONS, SITE_ACTIONS, resolve_rules
-from quorum.transport.ledger import read_ledger
-from quorum.world.trial import site_ids
+from protocol.sessions import method_index
+from runner.outputs import RunDirectory
+from transport.faults import MESSAGE_ACTIONS, SITE_ACTIONS, resolve_rules
+from transport.ledger import read_ledger
+from world.trial import site_ids
 
 COORDINATOR, SHUFFLER = "coordinator", "shuffler"
 REQUESTS = {"open", "request"}  # what opens a phase at a site

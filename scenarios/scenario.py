@@ -21,17 +21,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quorum.coordinator.adversary import ATTACK_FIELDS, attack_problem
-from quorum.data.heterogeneity import HETEROGENEITY_FIELDS
-from quorum.data.sources import SOURCES
-from quorum.data.split import site_sizes
-from quorum.models import MODELS
-from quorum.protocol.accounting import BUDGET_FIELDS
-from quorum.protocol.methods import METHODS
-from quorum.protocol.policy import POLICY_FIELDS, SitePolicy
-from quorum.specs.plugins import PluginError, is_import_path
-from quorum.specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
-from quorum.transport.faults import FAULT_FIELDS, check_fault
+from coordinator.adversary import ATTACK_FIELDS, attack_problem
+from data.heterogeneity import HETEROGENEITY_FIELDS
+from data.sources import SOURCES
+from data.split import site_sizes
+from models import MODELS
+from protocol.accounting import BUDGET_FIELDS
+from protocol.methods import METHODS
+from protocol.policy import POLICY_FIELDS, SitePolicy
+from specs.plugins import PluginError, is_import_path
+from specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
+from transport.faults import FAULT_FIELDS, check_fault
 
 SCENARIO_FIELDS = {
     "name": {"type": "str"},
@@ -251,7 +251,7 @@ def _cross_checks(s: dict):
     if needed > capacity:
         yield ScenarioError("sites", f"at most {capacity} calibration points in all (calibration fraction "
                             f"{split['calibration']:g} x {rows} rows of data)", f"{needed} needed")
-    from quorum.world.trial import site_ids
+    from world.trial import site_ids
 
     ids = site_ids(sites["count"])
     labels = [m["label"] for m in s["methods"]]

@@ -21,11 +21,11 @@ import time
 
 import zmq
 
-from quorum.protocol.phases import SequenceGuard
-from quorum.protocol.shuffle import ShuffleBatch
-from quorum.protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
-from quorum.transport.channel import RouterChannel, DealerChannel, orphaned
-from quorum.transport.security import ClientKeys, ServerKeys
+from protocol.phases import SequenceGuard
+from protocol.shuffle import ShuffleBatch
+from protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
+from transport.channel import RouterChannel, DealerChannel, orphaned
+from transport.security import ClientKeys, ServerKeys
 
 log = logging.getLogger("quorum.shuffler")
 FORGET_AFTER = 10_000  # forwarded (session, phase) pairs remembered to call late messages late

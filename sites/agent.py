@@ -25,16 +25,16 @@ import os
 
 import zmq
 
-from quorum.protocol.methods import RequestError
-from quorum.protocol.phases import SequenceGuard
-from quorum.protocol.sessions import SESSIONS_PER_TRIAL
-from quorum.protocol.wire import COORDINATOR_TO_SITE
-from quorum.sites.local import SiteLocal
-from quorum.sites.trials import TrialCache
-from quorum.transport.channel import DealerChannel
-from quorum.transport.faults import FaultInjector, kill_self
-from quorum.transport.outbox import Outbox
-from quorum.transport.security import ClientKeys
+from protocol.methods import RequestError
+from protocol.phases import SequenceGuard
+from protocol.sessions import SESSIONS_PER_TRIAL
+from protocol.wire import COORDINATOR_TO_SITE
+from sites.local import SiteLocal
+from sites.trials import TrialCache
+from transport.channel import DealerChannel
+from transport.faults import FaultInjector, kill_self
+from transport.outbox import Outbox
+from transport.security import ClientKeys
 
 
 class SiteAgent:

@@ -24,9 +24,9 @@ import time
 
 import zmq
 
-from quorum.sites.agent import SiteAgent
-from quorum.transport.channel import orphaned
-from quorum.transport.faults import kill_self
+from sites.agent import SiteAgent
+from transport.channel import orphaned
+from transport.faults import kill_self
 
 log = logging.getLogger("quorum.host")
 

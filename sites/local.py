@@ -25,17 +25,17 @@ import sys
 
 import numpy as np
 
-from quorum.models.base import in_site_process
-from quorum.protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
-from quorum.protocol.codecs import PayloadError
-from quorum.protocol.methods import METHODS, RequestError
-from quorum.protocol.noise import PrivacyNoise
-from quorum.protocol.policy import SitePolicy
-from quorum.protocol.sessions import SESSIONS_PER_TRIAL
-from quorum.sites.storage import AccountCorrupt, append_account, read_account
-from quorum.sites.trials import TrialCache
-from quorum.specs.plugins import PluginError
-from quorum.stats.randomness import site_rng
+from models.base import in_site_process
+from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
+from protocol.codecs import PayloadError
+from protocol.methods import METHODS, RequestError
+from protocol.noise import PrivacyNoise
+from protocol.policy import SitePolicy
+from protocol.sessions import SESSIONS_PER_TRIAL
+from sites.storage import AccountCorrupt, append_account, read_account
+from sites.trials import TrialCache
+from specs.plugins import PluginError
+from stats.randomness import site_rng
 
 
 class SiteLocal:

@@ -23,7 +23,7 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from quorum.sites.storage import model_slot, read_model, read_rows, rows_path
+from sites.storage import model_slot, read_model, read_rows, rows_path
 
 
 class TrialCache:
@@ -71,7 +71,7 @@ class TrialCache:
         self.release()
         self.trial, self._rows = None, {}
         if self.scenario is not None and not rows_path(self.workdir, trial).exists():
-            from quorum.world.trial import build_trial
+            from world.trial import build_trial
 
             world = build_trial(self.scenario, trial)
             model = world.model

@@ -24,11 +24,11 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import binom
 
-from quorum.stats.conformal import check_alpha
-from quorum.stats.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule, plan_quantile_of_quantiles,
+from stats.conformal import check_alpha
+from stats.planner import (COVERAGE_TOLERANCE, QQPlan, is_robust, plan_paper_rule, plan_quantile_of_quantiles,
                            smallest_valid_k_unbalanced)
-from quorum.stats.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
-from quorum.stats.unbalanced import (_bracket, _composite, coverage_unbalanced, distinct_pairs, finite_sites,
+from stats.poissonbinomial import leave_one_out_at, poisson_binomial_below, poisson_binomial_pmf
+from stats.unbalanced import (_bracket, _composite, coverage_unbalanced, distinct_pairs, finite_sites,
                               site_cdfs)
 
 #: Search effort shrinks with m (each evaluation grows as m log^2 m): common levels tau tried

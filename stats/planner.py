@@ -27,10 +27,10 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import betainc
 
-from quorum.stats.conformal import check_alpha, split_conformal_order
-from quorum.stats.dp import correction_order
-from quorum.stats.orderstats import qq_coverage
-from quorum.stats.unbalanced import coverage_unbalanced, smallest_order_reaching
+from stats.conformal import check_alpha, split_conformal_order
+from stats.dp import correction_order
+from stats.orderstats import qq_coverage
+from stats.unbalanced import coverage_unbalanced, smallest_order_reaching
 
 #: Coverages are computed to ~1e-13; a plan within this of 1 - alpha counts as reaching it (so
 #: that exact cases such as n = 1, M = k / (m + 1) = 1 - alpha are not lost to rounding).

@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import betainc, betaincinv
 
-from quorum.stats.poissonbinomial import certified_tails, poisson_binomial_cdf
+from stats.poissonbinomial import certified_tails, poisson_binomial_cdf
 
 TAIL_MASS = 1e-18
 BISECTIONS = 24

@@ -5,16 +5,16 @@ message as the bytes msgpack would put on the wire."""
 import msgpack
 import numpy as np
 
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.inprocess import drive
-from quorum.protocol.methods import METHODS
+from protocol.codecs import CODECS
+from protocol.inprocess import drive
+from protocol.methods import METHODS
 
 SMALL = ["trials=1", "sites.count=4", "data.n=1200", "methods.*.rounds=3", "methods.*.fraction=1.0"]
 SCENARIO = "scenarios/fedtype-blobs.yaml"
 
 
 def blob_sites(count=3, n=240, seed=5):
-    from quorum.data.synthetic import classification_blobs
+    from data.synthetic import classification_blobs
 
     rng = np.random.default_rng(seed)
     X, y = classification_blobs(count * n, rng, classes=4, features=6, clusters=1, separation=1.5)
@@ -53,7 +53,7 @@ def run_learning(method, sites, capture=None, session=1):
 def assert_no_private_weight_on_the_wire(halves, wire: bytes) -> None:
     """No 8-byte run of any site's private tensor, in float16 or float32 as it stands after
     training, occurs in `wire` (the sampled runs cover every tensor)."""
-    from quorum.learning.nets import get_weights
+    from learning.nets import get_weights
 
     for half in halves.values():
         for precision in ("float16", "float32"):

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from quorum.runner.processes import SiteHosts
-from quorum.world.trial import build_trial
+from runner.processes import SiteHosts
+from world.trial import build_trial
 from quorum import load_scenario
-from quorum.sites.storage import write_trial
-from quorum.transport.channel import RouterChannel, DealerChannel
+from sites.storage import write_trial
+from transport.channel import RouterChannel, DealerChannel
 
 TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 

@@ -19,17 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quorum.protocol.accounting import Budget, SiteAccount, Spend
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.methods import RequestError
-from quorum.sites.local import SiteLocal
-from quorum.sites.storage import AccountCorrupt, account_path, append_account, read_account
+from protocol.accounting import Budget, SiteAccount, Spend
+from protocol.codecs import CODECS
+from protocol.methods import RequestError
+from sites.local import SiteLocal
+from sites.storage import AccountCorrupt, account_path, append_account, read_account
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = """
 import sys
 sys.path.insert(0, {root!r})
-from quorum.sites.storage import append_account
+from sites.storage import append_account
 i = 0
 while True:
     append_account({work!r}, "site-0", [{{"trial": 0, "session": i, "method": "m", "kind": "dp", "epsilon": 0.1,
@@ -43,10 +43,14 @@ def test_a_writer_killed_mid_write_leaves_a_readable_prefix(tmp_path):
     """Ten writers killed from outside at random moments: each time the account reads back as an
     unbroken run of records 0, 1, 2, ... (a cut last record dropped), and appending goes on."""
     rng = np.random.default_rng(0)
-    seen = 0
+    seen, seen_bytes = 0, 0
     for round_ in range(10):
         writer = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), work=str(tmp_path))])
-        time.sleep(0.2 + float(rng.uniform(0, 0.3)))
+        started = time.monotonic()  # the writer has written records (however loaded the machine), then dies at random
+        while not (account_path(tmp_path, "site-0").exists() and os.path.getsize(account_path(tmp_path, "site-0")) > seen_bytes + 4096):
+            assert time.monotonic() - started < 60, "the writer wrote nothing in 60 s"
+            time.sleep(0.01)
+        time.sleep(float(rng.uniform(0, 0.3)))
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
         records = read_account(tmp_path, "site-0", repair=True)
@@ -56,7 +60,8 @@ def test_a_writer_killed_mid_write_leaves_a_readable_prefix(tmp_path):
         assert all(b == a + 1 or b == 0 for a, b in zip(sessions, sessions[1:]))
         assert sessions.count(0) == round_ + 1
         seen = len(sessions)
-        assert os.path.getsize(account_path(tmp_path, "site-0")) > 0
+        seen_bytes = os.path.getsize(account_path(tmp_path, "site-0"))
+        assert seen_bytes > 0
     assert seen > 10
 
 

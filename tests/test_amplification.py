@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from quorum.stats.amplification import closed_form_epsilon, local_epsilon_for, shuffled_delta, shuffled_epsilon
+from stats.amplification import closed_form_epsilon, local_epsilon_for, shuffled_delta, shuffled_epsilon
 
 
 def test_published_figures_of_feldman_mcmillan_talwar():

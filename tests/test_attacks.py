@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
 from quorum import load_scenario
-from quorum.specs.schema import ScenarioError
+from specs.schema import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quorum.stats.orderstats import qq_coverage
+from stats.orderstats import qq_coverage
 
 ROOT = Path(__file__).resolve().parent.parent
 

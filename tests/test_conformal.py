@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from quorum.models.scores import (absolute_residual_interval, absolute_residual_score, coverage_and_size,
+from models.scores import (absolute_residual_interval, absolute_residual_score, coverage_and_size,
                            cqr_interval, cqr_score)
-from quorum.stats.conformal import (average_of_quantiles, order_statistic, quantile_of_quantiles,
+from stats.conformal import (average_of_quantiles, order_statistic, quantile_of_quantiles,
                              split_conformal_order, split_conformal_threshold)
 from tests.oracles import binomial_tolerance
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quorum.data.heterogeneity import HETEROGENEITY_FIELDS, assign_sites, dirichlet_partition, site_shifts
-from quorum.data.real import DatasetMissing, default_directory, load_csv, load_real
-from quorum.data.sources import SOURCES
-from quorum.data.split import site_sizes, split_indices, standardize
-from quorum.specs.schema import validate
+from data.heterogeneity import HETEROGENEITY_FIELDS, assign_sites, dirichlet_partition, site_shifts
+from data.real import DatasetMissing, default_directory, load_csv, load_real
+from data.sources import SOURCES
+from data.split import site_sizes, split_indices, standardize
+from specs.schema import validate
 
 HAVE_DATASETS = (default_directory() / "README.md").exists()
 needs_datasets = pytest.mark.skipif(not HAVE_DATASETS, reason=f"no real data sets in {default_directory()}")
@@ -169,8 +169,8 @@ def test_csv_text_target_needs_the_classification_task(tmp_path):
 
 
 def test_scenarios_name_a_missing_data_file_or_column(tmp_path):
-    from quorum.scenarios.scenario import validate_scenario
-    from quorum.specs.schema import ScenarioError
+    from scenarios.scenario import validate_scenario
+    from specs.schema import ScenarioError
 
     path = tmp_path / "d.csv"
     path.write_text("a,t\n" + "".join(f"{i},{2 * i}\n" for i in range(10)))

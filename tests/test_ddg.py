@@ -11,12 +11,12 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
-from quorum.protocol.inprocess import run_session
-from quorum.protocol.methods import METHODS, RequestError
-from quorum.protocol.methods.ddg_quantile import check_public
-from quorum.protocol.noise import discrete_gaussian, max_sigma2
-from quorum.stats.dp import Bins
-from quorum.stats.ddg import (ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
+from protocol.inprocess import run_session
+from protocol.methods import METHODS, RequestError
+from protocol.methods.ddg_quantile import check_public
+from protocol.noise import discrete_gaussian, max_sigma2
+from stats.dp import Bins
+from stats.ddg import (ddg_concentrated_epsilon, dyadic_partition, estimated_cdf, flat_histogram,
                        hierarchical_cumulative, hierarchical_from_flat, histogram_concentrated_epsilon,
                        histogram_epsilon, histogram_sensitivities, psi, quantile_error, quantile_index,
                        ring_bits_required, scaling_for_epsilon, zcdp_delta, zcdp_to_approx_dp)
@@ -206,8 +206,8 @@ def test_a_ring_too_small_is_refused_before_anything_is_sent():
 
 
 def test_sites_refuse_parameters_that_void_the_analysis():
-    from quorum.protocol.methods.ddg_quantile import check_public
-    from quorum.protocol.methods.base import RequestError
+    from protocol.methods.ddg_quantile import check_public
+    from protocol.methods.base import RequestError
 
     backed = histogram_epsilon(3, 4, 2.0, 8, False, 1e-5, "exact")
     central = {"epsilon": backed, "delta": 1e-5, "inputs": 4, "accounting": "exact"}

@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from quorum.protocol.codecs import CODECS, PayloadError
-from quorum.protocol.inprocess import run_session
-from quorum.protocol.methods import METHODS, RequestError
-from quorum.protocol.methods.private_bin import PrivateQuantileBin
-from quorum.stats.dp import (Bins, correction_order, exponential_mechanism_log_probabilities, optimal_bins_and_gamma,
+from protocol.codecs import CODECS, PayloadError
+from protocol.inprocess import run_session
+from protocol.methods import METHODS, RequestError
+from protocol.methods.private_bin import PrivateQuantileBin
+from stats.dp import (Bins, correction_order, exponential_mechanism_log_probabilities, optimal_bins_and_gamma,
                       optimal_gamma, private_level, private_quantile_bin)
-from quorum.stats.planner import choose_gamma
+from stats.planner import choose_gamma
 from tests.oracles import binomial_tolerance
 
 LEVELS = [0.3, 0.5, 0.7, 0.9, 0.95, 1.0]

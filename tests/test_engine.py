@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import quorum
-from quorum.protocol.codecs.shuffle import Shuffle
-from quorum.protocol.engine import Session, join_problem
-from quorum.protocol.inprocess import drive, run_session
-from quorum.protocol.methods import METHODS
-from quorum.runner.study import run_study
+from protocol.codecs.shuffle import Shuffle
+from protocol.engine import Session, join_problem
+from protocol.inprocess import drive, run_session
+from protocol.methods import METHODS
+from runner.study import run_study
 
 SEEDED = {"trials": 1, "sites.policy.noise": "seeded", "faults": [], "attacks": []}
 SCENARIOS = [  # between them, every method Quorum ships, at small settings
@@ -122,7 +122,7 @@ def test_the_scenarios_cover_every_method_quorum_ships():
     names = set()
     for path, overrides in SCENARIOS:
         names |= {m["name"] for m in quorum.load_scenario(path, {**SEEDED, **overrides})["methods"]}
-    from quorum.protocol.methods import METHODS as registry
+    from protocol.methods import METHODS as registry
 
     assert set(registry._builtins) <= names, sorted(set(registry._builtins) - names)
 
@@ -139,7 +139,7 @@ def test_a_short_shuffled_batch_is_withheld_in_process_as_by_the_shuffler():
 
     def ask(site, phase, body):  # three sites refuse: seven sealed answers, fewer than planned
         if site in ("site-0", "site-1", "site-2"):
-            from quorum.protocol.methods import RequestError
+            from protocol.methods import RequestError
 
             raise RequestError("not today")
         encoder, request = Shuffle.for_site(body)
@@ -175,7 +175,7 @@ def test_no_method_imports_another_methods_private_names():
     found = []
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quorum.protocol.methods."):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("protocol.methods."):
                 found += [f"{path.name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not found, found
 

@@ -9,11 +9,11 @@ import json
 import pytest
 import yaml
 
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
-from quorum.stats.orderstats import qq_coverage
-from quorum.stats.planner import COVERAGE_TOLERANCE
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
+from stats.orderstats import qq_coverage
+from stats.planner import COVERAGE_TOLERANCE
 from tests.support import TINY
 
 METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},
@@ -91,8 +91,8 @@ def test_a_rule_names_a_method_by_its_label_and_hits_that_entry_alone():
     """Two entries of one method told apart by `label`: a rule for the second fires in its
     sessions only, on the site side (behaviour) and the coordinator's (transform), and a label
     the scenario does not have is a validation error naming the field."""
-    from quorum.protocol.sessions import join_session, method_session
-    from quorum.transport.faults import FaultInjector, resolve_rules
+    from protocol.sessions import join_session, method_session
+    from transport.faults import FaultInjector, resolve_rules
 
     labels = ["fedcp_qq", "fedcp2_qq", "fedcp2_robust4"]
     specs = [{"action": "straggle", "sites": "all", "trials": "all", "phase": "respond", "method": "fedcp2_robust4",

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from quorum.stats.fedquantiles import (lambda_grid, naive_table_quantile, quantile_loss_terms, table_cdf,
+from stats.fedquantiles import (lambda_grid, naive_table_quantile, quantile_loss_terms, table_cdf,
                                 yeo_johnson, yeo_johnson_inverse, yj_likelihood_fit, yj_likelihood_quantile,
                                 yj_site_moments, yj_table_fit, yj_table_quantile)
-from quorum.stats.kanon import apply_release, first_release, join_release
+from stats.kanon import apply_release, first_release, join_release
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.3, 1.0, 1.7, 2.0])

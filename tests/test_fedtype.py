@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from quorum.learning.nets import build_net, get_weights, parameter_count
-from quorum.learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
+from learning.nets import build_net, get_weights, parameter_count
+from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
                            fit_temperature, forward_kd_loss, raps_scores, softmax)
-from quorum.protocol.codecs import CODECS, PayloadError
-from quorum.protocol.codecs.tensors import Tensors, pack_tensors
-from quorum.protocol.methods.learning_rounds import sample_sites, weighted_average
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
+from protocol.codecs import CODECS, PayloadError
+from protocol.codecs.tensors import Tensors, pack_tensors
+from protocol.methods.learning_rounds import sample_sites, weighted_average
+from runner.outputs import RunDirectory
+from runner.study import run_study
 from quorum import load_scenario
-from quorum.specs.schema import ScenarioError
-from quorum.transport.ledger import read_ledger
+from specs.schema import ScenarioError
+from transport.ledger import read_ledger
 from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
                                      learning_method, run_learning)
 
@@ -200,7 +200,7 @@ def test_no_private_weight_ever_appears_on_the_wire_while_the_proxy_does():
 
 
 def test_a_site_that_gets_no_setup_or_a_bad_architecture_refuses_with_the_reason():
-    from quorum.protocol.methods.base import RequestError
+    from protocol.methods.base import RequestError
 
     method = learning_method("fedtype")
     half = type(method).site_for(blob_sites()["site-0"], np.random.default_rng(0), "site-0", 1)
@@ -215,8 +215,8 @@ def test_a_site_that_gets_no_setup_or_a_bad_architecture_refuses_with_the_reason
 
 @pytest.mark.parametrize("theta", [0.05, 0.1, 0.2, 0.3, 0.5])
 def test_smallest_calibration_is_the_least_split_with_a_finite_threshold(theta):
-    from quorum.stats.conformal import split_conformal_threshold
-    from quorum.stats.conformal import smallest_calibration
+    from stats.conformal import split_conformal_threshold
+    from stats.conformal import smallest_calibration
 
     finite = [n for n in range(1, 60) if math.isfinite(split_conformal_threshold(np.arange(n, dtype=float), theta))]
     assert smallest_calibration(theta) == finite[0] and finite == list(range(finite[0], 60))

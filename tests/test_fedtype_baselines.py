@@ -8,17 +8,17 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from quorum.learning.mutual import mutual_losses
-from quorum.learning.nets import get_weights
-from quorum.learning.personal import MIXTURE_GRID, label_prior, mixture_accuracy, mixture_weight, shift_by_prior
-from quorum.learning.prototypes import (global_prototypes, local_prototypes, nearest_prototype_accuracy, prototype_loss,
+from learning.mutual import mutual_losses
+from learning.nets import get_weights
+from learning.personal import MIXTURE_GRID, label_prior, mixture_accuracy, mixture_weight, shift_by_prior
+from learning.prototypes import (global_prototypes, local_prototypes, nearest_prototype_accuracy, prototype_loss,
                                  with_embedding)
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
+from runner.outputs import RunDirectory
+from runner.study import run_study
 from quorum import load_scenario
 from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_on_the_wire, blob_sites,
                                      learning_method, run_learning)
-from quorum.transport.ledger import read_ledger
+from transport.ledger import read_ledger
 
 BASELINES = ("fml", "fedproto", "fedtype_personal")
 

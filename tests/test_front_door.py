@@ -14,7 +14,7 @@ import pytest
 
 import quorum
 import quorum.plugin
-from quorum.runner.report import summarize
+from runner.report import summarize
 from quorum.scaffold import ScaffoldError, new_method
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,7 +80,7 @@ def test_the_plugin_module_holds_what_the_docs_list():
     for name in quorum.plugin.__all__:
         assert getattr(quorum.plugin, name) is not None
         assert f"`{name}" in page, f"docs/plugins.md does not describe quorum.plugin.{name}"
-    from quorum.protocol.methods.base import Method
+    from protocol.methods.base import Method
 
     assert quorum.plugin.Method is Method
 

@@ -12,12 +12,12 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quorum.coordinator.driver import Coordinator, Deadlines
-from quorum.coordinator.events import EventLog
-from quorum.protocol.methods import METHODS
-from quorum.protocol.wire import PROTOCOL_VERSION, seal
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from protocol.wire import PROTOCOL_VERSION, seal
 from tests.support import one_live_site, start_fakes, stop_fakes
-from quorum.transport.channel import RouterChannel
+from transport.channel import RouterChannel
 
 EXAMPLES = 10_000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from quorum.runner.heterogeneity import HeterogeneityReport, NotEstimable, proposition_34, site_summary
-from quorum.runner.study import _fedcp_qq_orders
-from quorum.scenarios.scenario import validate_scenario
-from quorum.stats.conformal import order_statistic, quantile_of_quantiles
-from quorum.stats.unbalanced import coverage_unbalanced
-from quorum.world.trial import build_trial
+from runner.heterogeneity import HeterogeneityReport, NotEstimable, proposition_34, site_summary
+from runner.study import _fedcp_qq_orders
+from scenarios.scenario import validate_scenario
+from stats.conformal import order_statistic, quantile_of_quantiles
+from stats.unbalanced import coverage_unbalanced
+from world.trial import build_trial
 from tests.oracles import binomial_tolerance
 
 
@@ -53,7 +53,7 @@ def test_prop34_tv_is_a_coverage_loss_bound_for_a_location_shift():
     """Proposition 3.4: coverage >= M - E[d_TV]. Sites shifted by alpha_j draw their n_j scores
     from the test pool; over many draws FedCP-QQ's coverage of the unshifted test set must not
     fall below the plan's exact coverage minus the estimated TV term (Monte Carlo)."""
-    from quorum.protocol.methods.fedcp_qq import FedCPQQ
+    from protocol.methods.fedcp_qq import FedCPQQ
 
     s = scenario("location", sigma=0.6)
     world = build_trial(s, 0)
@@ -89,7 +89,7 @@ def test_report_lists_each_sites_size_and_a_spread():
 def test_a_bound_not_estimated_says_why_in_the_summary_and_the_printed_line():
     """Issue 24: 6,000 rows, a 0.2 test fraction and 60 sites leave 20 test points per sorted
     block, below MIN_BLOCK = 30: the summary's null comes with the reason, and so does the line."""
-    from quorum.runner.report import sites_line
+    from runner.report import sites_line
 
     s = validate_scenario({**scenario("response", strength=1.0), "sites": {
         **scenario("response")["sites"], "count": 60, "sizes": 30}})

@@ -16,11 +16,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.inprocess import drive
-from quorum.protocol.methods import METHODS, Outcome
-from quorum.protocol.methods.base import STATUSES, guarded
-from quorum.scenarios.scenario import _validate_method, method_params
+from protocol.codecs import CODECS
+from protocol.inprocess import drive
+from protocol.methods import METHODS, Outcome
+from protocol.methods.base import STATUSES, guarded
+from scenarios.scenario import _validate_method, method_params
 
 BINS = {"lo": 0.0, "hi": 4.0, "count": 16}
 #: every method, as a scenario would set it up (its PARAMS defaults filled in by validation)
@@ -91,10 +91,10 @@ def test_absurd_announced_sizes_do_not_reach_the_plan():
 def test_the_coordinator_drops_a_site_announcing_an_absurd_n_at_join(tmp_path):
     """Over real sockets: sites announcing n = 10^9 (above runtime.max_n), 2^62 or -5 are
     dropouts of the join with the reason; the others' session runs and is exact."""
-    from quorum.coordinator.driver import Coordinator, Deadlines
-    from quorum.coordinator.events import EventLog
+    from coordinator.driver import Coordinator, Deadlines
+    from coordinator.events import EventLog
     from tests.support import FakeSite, stop_fakes
-    from quorum.transport.channel import RouterChannel
+    from transport.channel import RouterChannel
 
     channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=10, join=10, respond=5),
@@ -125,10 +125,10 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
 
     import pytest
 
-    from quorum.protocol.accounting import MAX_CLAIMED
-    from quorum.protocol.methods import RequestError
-    from quorum.protocol.methods.ddg_quantile import ddg_spend
-    from quorum.protocol.methods.private_bin import bin_spend
+    from protocol.accounting import MAX_CLAIMED
+    from protocol.methods import RequestError
+    from protocol.methods.ddg_quantile import ddg_spend
+    from protocol.methods.private_bin import bin_spend
 
     began = time.monotonic()
     with pytest.raises(RequestError, match=f"messages in \\[1, {MAX_CLAIMED}\\]"):
@@ -152,9 +152,9 @@ def test_a_garbage_share_at_the_threshold_ends_the_session_not_the_run():
     session ends with an explained abort instead of an exception through the driver."""
     import os
 
-    from quorum.protocol.methods import RequestError
-    from quorum.protocol.noise import PrivacyNoise
-    from quorum.protocol.secagg.graph import default_threshold
+    from protocol.methods import RequestError
+    from protocol.noise import PrivacyNoise
+    from protocol.secagg.graph import default_threshold
 
     rng = np.random.default_rng(3)
     sites = [f"site-{j}" for j in range(5)]
@@ -182,11 +182,11 @@ def test_the_shuffler_names_a_sealed_message_by_its_key(caplog):
     naming both (its ROUTER names connections by key, transport.channel)."""
     import logging
 
-    from quorum.protocol.phases import SequenceGuard
-    from quorum.protocol.shuffle import ShuffleBatch, sealing_claim
-    from quorum.protocol.wire import Envelope
-    from quorum.shuffler.driver import _offer
-    from quorum.transport.channel import Incoming
+    from protocol.phases import SequenceGuard
+    from protocol.shuffle import ShuffleBatch, sealing_claim
+    from protocol.wire import Envelope
+    from shuffler.driver import _offer
+    from transport.channel import Incoming
 
     batch = ShuffleBatch(5, "respond", frozenset({"site-001", "site-002"}))
     envelope = Envelope("sealed", 5, "site-002", 0, {"phase": "respond", "ciphertext": b"x" * 40,

@@ -14,12 +14,12 @@ import time
 import pytest
 import yaml
 
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.processes import placement
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
-from quorum.sites import host as host_module
-from quorum.sites.trials import TrialCache
+from runner.outputs import RunDirectory
+from runner.processes import placement
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
+from sites import host as host_module
+from sites.trials import TrialCache
 from tests.support import TINY, trial_zero
 from tests.test_cli import ROOT
 
@@ -134,7 +134,7 @@ def test_an_external_sigkill_of_a_host_mid_session_makes_its_sites_dropouts(tmp_
 
 
 def test_process_titles_name_the_host_and_its_range(tmp_path):
-    from quorum.runner.processes import SiteHosts
+    from runner.processes import SiteHosts
 
     trial_zero(tmp_path)
     hosts = SiteHosts([f"site-00{j}" for j in range(5)], "tcp://127.0.0.1:1", tmp_path, tmp_path,
@@ -174,7 +174,7 @@ def test_too_few_open_files_fail_before_anything_starts(monkeypatch):
 
 
 def test_a_process_loads_the_model_once_per_trial_and_each_site_scores_its_own_rows(tmp_path, monkeypatch):
-    from quorum.sites import trials as trials_module
+    from sites import trials as trials_module
 
     _, world = trial_zero(tmp_path)
     loads = []
@@ -197,7 +197,7 @@ def test_a_thousand_sites_leaving_at_once_never_block_the_coordinator():
 
     import zmq
 
-    from quorum.transport.channel import RouterChannel, DealerChannel
+    from transport.channel import RouterChannel, DealerChannel
 
     n = 1200
     host_module.raise_open_files(host_module.descriptors_needed(n, per_socket=4), "this test")
@@ -231,7 +231,7 @@ def test_keepalive_probes_peers_on_other_machines_only_and_tolerates_lost_probes
     its connections), 9 probes elsewhere, and a listen backlog that holds thousands of connects."""
     import zmq
 
-    from quorum.transport import channel as transport
+    from transport import channel as transport
 
     assert transport.is_loopback("tcp://127.0.0.1:5555") and transport.is_loopback("tcp://127.8.0.1:*")
     assert transport.is_loopback("tcp://localhost:5555") and transport.is_loopback("tcp://[::1]:5555")
@@ -258,7 +258,7 @@ def test_a_launcher_reports_lost_sites_from_another_thread_waking_the_coordinato
     connection or the report comes first; one that speaks again can be lost again."""
     import threading
 
-    from quorum.transport.channel import RouterChannel, DealerChannel
+    from transport.channel import RouterChannel, DealerChannel
 
     channel = RouterChannel("tcp://127.0.0.1:*")
     sites = {name: DealerChannel(channel.endpoint, name) for name in ("site-a", "site-b", "site-c")}

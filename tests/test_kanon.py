@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quorum.stats.kanon import (KAnonymityError, Release, Table, apply_release, check_release, first_release,
+from stats.kanon import (KAnonymityError, Release, Table, apply_release, check_release, first_release,
                          greedy_cuts, join_release, k_anonymous_cells, site_counts, valid_count)
 
 # Values on a coarse grid make ties common; sizes from 0 up, so tiny sites and empty groups occur.

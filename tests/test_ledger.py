@@ -5,16 +5,16 @@ import time
 import numpy as np
 import pytest
 
-from quorum.coordinator.driver import Coordinator, Deadlines
-from quorum.coordinator.events import EventLog
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.methods import METHODS
-from quorum.protocol.wire import Envelope, encode
-from quorum.runner.processes import SiteHosts
-from quorum.runner.report import communication
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.codecs import CODECS
+from protocol.methods import METHODS
+from protocol.wire import Envelope, encode
+from runner.processes import SiteHosts
+from runner.report import communication
 from tests.support import CountingProxy, trial_zero
-from quorum.transport.channel import RouterChannel
-from quorum.transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
+from transport.channel import RouterChannel
+from transport.ledger import Ledger, message_wire_bytes, null_handshake_bytes
 
 
 @pytest.mark.parametrize("per_process", [1, 4], ids=["process-per-site", "one-host"])
@@ -99,7 +99,7 @@ def test_a_ledger_written_before_ts_existed_keeps_its_columns_when_resumed(tmp_p
     header (no `ts`), so ledger.csv stays one readable table."""
     import csv as csvmodule
 
-    from quorum.transport.ledger import LEDGER_COLUMNS, Ledger, read_ledger
+    from transport.ledger import LEDGER_COLUMNS, Ledger, read_ledger
 
     old = [c for c in LEDGER_COLUMNS if c != "ts"]
     path = tmp_path / "ledger.csv"

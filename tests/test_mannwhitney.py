@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from quorum.stats.kanon import apply_release, first_release, join_release
-from quorum.stats.mannwhitney import (SiteStatistic, fisher_p_value, null_variance, optimal_weights, p_value,
+from stats.kanon import apply_release, first_release, join_release
+from stats.mannwhitney import (SiteStatistic, fisher_p_value, null_variance, optimal_weights, p_value,
                                pooled_test, site_statistic, t_sum, t_weighted, u_federated, u_statistic)
 
 

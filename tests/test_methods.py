@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from quorum.protocol.inprocess import drive, run_session
-from quorum.protocol.methods import METHODS, RequestError
-from quorum.protocol.methods.base import LocalOrderStatistic
-from quorum.stats.conformal import order_statistic, split_conformal_order
-from quorum.stats.orderstats import qq_coverage
-from quorum.stats.planner import plan_quantile_of_quantiles, replan_server_order
+from protocol.inprocess import drive, run_session
+from protocol.methods import METHODS, RequestError
+from protocol.methods.base import LocalOrderStatistic
+from stats.conformal import order_statistic, split_conformal_order
+from stats.orderstats import qq_coverage
+from stats.planner import plan_quantile_of_quantiles, replan_server_order
 from tests.oracles import binomial_tolerance
 
 

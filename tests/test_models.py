@@ -8,10 +8,10 @@ import pickle
 import numpy as np
 import pytest
 
-from quorum.models import MODELS
-from quorum.models.scores import SCORES, aps_score, aps_set, cumulative_mass, lac_score, lac_set
-from quorum.models.torch_nets import resolve_device
-from quorum.stats.conformal import split_conformal_threshold
+from models import MODELS
+from models.scores import SCORES, aps_score, aps_set, cumulative_mass, lac_score, lac_set
+from models.torch_nets import resolve_device
+from stats.conformal import split_conformal_threshold
 from tests.oracles import binomial_tolerance
 
 CLASSIFICATION_SCORES = {"lac": {}, "aps": {"penalty": 0.0, "k_reg": 0}, "raps": {"penalty": 0.05, "k_reg": 2}}
@@ -99,7 +99,7 @@ def test_cqr_net_learns_the_conditional_quantiles():
 
 
 def default_params(kind):
-    from quorum.specs.schema import validate
+    from specs.schema import validate
 
     return validate({"type": "map", "fields": MODELS[kind].PARAMS}, {}, "model.params")
 
@@ -130,8 +130,8 @@ def test_a_torch_classifier_study_over_site_processes(tmp_path):
     import json
     from pathlib import Path
 
-    from quorum.runner.outputs import RunDirectory
-    from quorum.runner.study import run_study
+    from runner.outputs import RunDirectory
+    from runner.study import run_study
     from quorum import load_scenario
 
     root = Path(__file__).resolve().parent.parent

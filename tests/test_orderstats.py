@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from quorum.stats.orderstats import max_per_site_coverage, qq_coverage, qq_coverage_table
+from stats.orderstats import max_per_site_coverage, qq_coverage, qq_coverage_table
 from tests.oracles import binomial_tolerance, eq5_brute_force, eq5_exact
 
 

@@ -99,3 +99,19 @@ def test_the_quorum_command_runs_a_scenario_over_site_processes(installed, tmp_p
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     rows = (tmp_path / "run" / "results.csv").read_text().splitlines()
     assert len(rows) > 1 and all(",ok," in row for row in rows[1:]), rows
+
+
+def test_every_installed_module_imports_the_house_under_quorum(installed):
+    """The wheel's copy of each module names the house's packages `quorum.X` (setup.py rewrote
+    them), so nothing in an install reaches for a top-level `data` or `protocol`."""
+    import ast
+
+    purelib = subprocess.run([str(installed), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    bare = []
+    for path in sorted(Path(purelib, "quorum").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            bare += [f"{path.relative_to(purelib)}:{node.lineno} {n}" for n in names if n.split(".")[0] in HOUSE]
+    assert not bare, bare[:20]

@@ -9,21 +9,21 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from quorum.protocol.codecs import CODECS, PayloadError
-from quorum.protocol.codecs.summary import Summary
-from quorum.protocol.inprocess import drive, run_session
-from quorum.protocol.methods import METHODS, RequestError
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
+from protocol.codecs import CODECS, PayloadError
+from protocol.codecs.summary import Summary
+from protocol.inprocess import drive, run_session
+from protocol.methods import METHODS, RequestError
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
 from quorum import load_scenario
-from quorum.specs.schema import ScenarioError
-from quorum.stats.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
-from quorum.stats.kanon import valid_count
-from quorum.stats.mannwhitney import (fisher_p_value, p_value, site_statistic, t_sum, t_weighted,
+from specs.schema import ScenarioError
+from stats.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
+from stats.kanon import valid_count
+from stats.mannwhitney import (fisher_p_value, p_value, site_statistic, t_sum, t_weighted,
                                z_score)
-from quorum.transport.ledger import read_ledger
-from quorum.world.trial import build_trial
+from transport.ledger import read_ledger
+from world.trial import build_trial
 
 MWU_SCENARIO = "scenarios/paper004/mwu-3-centres.yaml"
 QUANTILE_SCENARIO = "scenarios/paper004/quantiles-5-centres.yaml"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from quorum.runner.study import run_study
+from runner.study import run_study
 from quorum import load_scenario
 from tests.test_data import needs_datasets
 

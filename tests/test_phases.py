@@ -1,7 +1,7 @@
 """The phase table: what a phase admits, from whom, how often; and replay protection."""
 
-from quorum.protocol.phases import PhaseCollector, SequenceGuard
-from quorum.protocol.wire import Envelope
+from protocol.phases import PhaseCollector, SequenceGuard
+from protocol.wire import Envelope
 
 
 def msg(mtype="response", session=5, sender="a", seq=0, phase="respond"):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from quorum.stats.orderstats import qq_coverage, qq_coverage_table
-from quorum.stats.planner import COVERAGE_TOLERANCE, plan_quantile_of_quantiles, replan_server_order
+from stats.orderstats import qq_coverage, qq_coverage_table
+from stats.planner import COVERAGE_TOLERANCE, plan_quantile_of_quantiles, replan_server_order
 
 
 def brute_force_plan(m, n, alpha):

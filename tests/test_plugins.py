@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from quorum.data.sources import SOURCES
-from quorum.models import MODELS
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.methods import METHODS
-from quorum.scenarios.scenario import validate_scenario
-from quorum.specs import plugins
-from quorum.specs.plugins import PluginError, Registry
-from quorum.specs.schema import ScenarioError
+from data.sources import SOURCES
+from models import MODELS
+from protocol.codecs import CODECS
+from protocol.methods import METHODS
+from scenarios.scenario import validate_scenario
+from specs import plugins
+from specs.plugins import PluginError, Registry
+from specs.schema import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,10 +27,10 @@ PLUGIN = '''
 """A lab's own components, outside Quorum."""
 import numpy as np
 
-from quorum.data.sources import Dataset, DataSource
-from quorum.models.value import Value
-from quorum.protocol.codecs.base import Codec, PayloadError
-from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf
+from data.sources import Dataset, DataSource
+from models.value import Value
+from protocol.codecs.base import Codec, PayloadError
+from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf
 
 
 class Largest(Codec):
@@ -135,7 +135,7 @@ def scenario(method="labplugin:MaxOfMaxes", source="labplugin:Uniform", kind="la
 
 
 def test_a_scenario_names_a_method_codec_model_and_data_source_by_import_path(plugin_dir, tmp_path):
-    from quorum.runner.study import run_study
+    from runner.study import run_study
 
     spec = validate_scenario(scenario())
     assert spec["methods"][0]["label"] == "max_of_maxes"
@@ -179,15 +179,15 @@ def test_looking_up_a_name_never_imports_a_module():
 
 def test_an_entry_point_is_registered_under_its_name_and_may_not_take_a_built_in_name(monkeypatch):
     def fake(group):
-        return [EntryPoint("centralized", "quorum.protocol.methods.fedcp_qq:FedCPQQ", group)]
+        return [EntryPoint("centralized", "protocol.methods.fedcp_qq:FedCPQQ", group)]
     monkeypatch.setattr(plugins, "entry_points", fake)
-    registry = Registry("method", "quorum.methods", {"centralized": "quorum.protocol.methods.centralized:Centralized"},
+    registry = Registry("method", "quorum.methods", {"centralized": "protocol.methods.centralized:Centralized"},
                         key="name", check=lambda cls: None)
     with pytest.raises(PluginError, match="takes the name of Quorum's own method"):
         list(registry)
 
     def renamed(group):
-        return [EntryPoint("qq", "quorum.protocol.methods.fedcp_qq:FedCPQQ", group)]
+        return [EntryPoint("qq", "protocol.methods.fedcp_qq:FedCPQQ", group)]
     monkeypatch.setattr(plugins, "entry_points", renamed)
     registry = Registry("method", "quorum.methods", {}, key="name", check=lambda cls: None)
     with pytest.raises(PluginError, match="registered as 'qq' but names itself 'fedcp_qq'"):

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from quorum.stats import poissonbinomial as pb
-from quorum.stats.optimizer import plan_optimized
-from quorum.stats.planner import COVERAGE_TOLERANCE, plan_paper_rule
-from quorum.stats.unbalanced import coverage_unbalanced, coverage_window, site_cdfs, smallest_order_reaching
+from stats import poissonbinomial as pb
+from stats.optimizer import plan_optimized
+from stats.planner import COVERAGE_TOLERANCE, plan_paper_rule
+from stats.unbalanced import coverage_unbalanced, coverage_window, site_cdfs, smallest_order_reaching
 
 
 def _orders_at(tau, sizes):

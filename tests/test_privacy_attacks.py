@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from quorum.protocol.accounting import Budget, SiteAccount, Spend, basic_composition, pld_composition
-from quorum.protocol.methods import RequestError
-from quorum.protocol.methods.kanon_table import table_request
-from quorum.protocol.methods.private_bin import bin_spend
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
-from quorum.sites.local import SiteLocal
-from quorum.stats.kanon import KAnonymityError, check_release, first_release, join_release
+from protocol.accounting import Budget, SiteAccount, Spend, basic_composition, pld_composition
+from protocol.methods import RequestError
+from protocol.methods.kanon_table import table_request
+from protocol.methods.private_bin import bin_spend
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
+from sites.local import SiteLocal
+from stats.kanon import KAnonymityError, check_release, first_release, join_release
 from tests.support import TINY
 
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -146,7 +146,7 @@ def two_sample_site(tmp_path, budget=None, site="site-0", seed=0):
 
 
 def ask_table(local, session, method, limits=(), k=10, extremes="buffer"):
-    from quorum.protocol.codecs import CODECS
+    from protocol.codecs import CODECS
 
     body = {**table_request(k, extremes, []), "limits": list(limits)}
     return local.answer(session, method, "table-0", CODECS["summary"]().wrap_request(body))
@@ -223,7 +223,7 @@ def test_pld_never_worse_than_basic(events):
 
 
 def bin_request(epsilon, central=None):
-    from quorum.protocol.codecs import CODECS
+    from protocol.codecs import CODECS
 
     body = {"level": 0.9, "epsilon": epsilon, "bins": {"lo": -3.0, "hi": 3.0, "count": 20}}
     if central is not None:
@@ -263,7 +263,7 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
 
 
 def test_a_site_counts_the_central_epsilon_only_when_amplification_backs_it():
-    from quorum.stats.amplification import shuffled_epsilon
+    from stats.amplification import shuffled_epsilon
 
     backed = shuffled_epsilon(2.0, 1000, 1e-6)
     spend = bin_spend({"epsilon": 2.0, "central": {"epsilon": backed * 1.001, "delta": 1e-6, "messages": 1000}})

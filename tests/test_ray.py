@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
+from runner.outputs import RunDirectory
+from runner.study import run_study
 from tests.test_hosts import comparable, events_of, scenario
 
 ray = pytest.importorskip("ray")  # a pinned requirement: skipped only outside `make`'s .venv
@@ -146,10 +146,10 @@ def test_the_local_launcher_never_imports_ray_and_a_bad_launcher_is_named(tmp_pa
     import subprocess
     import sys
 
-    from quorum.specs.schema import ScenarioError
+    from specs.schema import ScenarioError
     from tests.test_cli import ROOT
 
-    code = ("import sys, pathlib; from quorum.runner.study import run_study; from tests.test_hosts import scenario; "
+    code = ("import sys, pathlib; from runner.study import run_study; from tests.test_hosts import scenario; "
             f"run_study(scenario(1, count=2, trials=1), pathlib.Path({str(tmp_path / 'local')!r})); "
             "import quorum.cli; assert 'ray' not in sys.modules, 'ray was imported'")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

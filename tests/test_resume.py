@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from quorum.runner.outputs import RunDirectory
+from runner.outputs import RunDirectory
 from tests.test_cli import ROOT, cli
 
 METHODS = [{"name": "fedcp_qq"}, {"name": "centralized"},

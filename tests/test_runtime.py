@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from quorum.coordinator.driver import Coordinator, Deadlines
-from quorum.coordinator.events import EventLog
-from quorum.protocol.methods import METHODS
-from quorum.runner.processes import SiteHosts
-from quorum.runner.study import run_study
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from runner.processes import SiteHosts
+from runner.study import run_study
 from quorum import load_scenario
-from quorum.stats.planner import plan_quantile_of_quantiles, replan_server_order
-from quorum.transport.channel import RouterChannel
+from stats.planner import plan_quantile_of_quantiles, replan_server_order
+from transport.channel import RouterChannel
 
 from tests.support import TINY, one_live_site, start_fakes, stop_fakes
 
@@ -35,7 +35,7 @@ def test_processes_give_the_same_results_as_in_process(tmp_path):
     scenario = load_scenario(TINY, ["sites.policy.noise=seeded"]).to_dict()
     run_study(scenario, tmp_path / "proc", backend="processes")
     run_study(scenario, tmp_path / "inproc", backend="inprocess")
-    from quorum.runner.outputs import RunDirectory
+    from runner.outputs import RunDirectory
 
     proc, inproc = RunDirectory(tmp_path / "proc").read_results(), RunDirectory(tmp_path / "inproc").read_results()
     assert len(proc) == 2 * 6
@@ -106,7 +106,7 @@ def test_coordinator_logs_and_survives_bad_messages(tmp_path):
     fakes = start_fakes(channel.endpoint, 3, 10)
     try:
         rogue.send(b"\x00not msgpack")
-        from quorum.protocol.wire import Envelope, encode
+        from protocol.wire import Envelope, encode
 
         rogue.send(encode(Envelope("hello", 0, "site-001", 0, {"pid": 1})))  # speaking for another site
         rogue.send(encode(Envelope("response", 1, "site-009", 1, {"phase": "respond", "body": 1.0})))
@@ -158,7 +158,7 @@ def test_live_site_process_survives_bad_messages(tmp_path):
 
 
 def test_result_cells_are_plain_numbers(tmp_path):
-    from quorum.runner.outputs import RunDirectory
+    from runner.outputs import RunDirectory
 
     rundir = RunDirectory(tmp_path)
     rundir.append_result({"trial": np.int64(0), "method": "x", "guarantee": np.float64(0.25),
@@ -168,8 +168,8 @@ def test_result_cells_are_plain_numbers(tmp_path):
 
 
 def test_unequal_sizes_with_a_dropout_robust_plan_over_the_network(tmp_path):
-    from quorum.stats.optimizer import plan_optimized
-    from quorum.stats.planner import replan_after_dropouts
+    from stats.optimizer import plan_optimized
+    from stats.planner import replan_after_dropouts
 
     sizes = [307, 250, 208, 172, 143, 118, 98, 81, 67, 56]
     channel = RouterChannel("tcp://127.0.0.1:*")

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from quorum import load_scenario
-from quorum.specs.schema import ScenarioError, apply_overrides
+from specs.schema import ScenarioError, apply_overrides
 from tests.test_data import HAVE_DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_defaults_are_filled_in():
 def test_every_problem_is_reported_not_only_the_first(tmp_path):
     """Issue 24: independent problems in different sections all come back, in file order, each
     naming the file and the field; the first stays readable as a single problem."""
-    from quorum.specs.schema import ScenarioErrors
+    from specs.schema import ScenarioErrors
 
     data = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
     data["alpha"] = 2
@@ -139,7 +139,7 @@ def test_checks_across_fields_report_every_problem(tmp_path):
 def test_a_validated_scenario_validates_again_to_itself(path):
     """What scenario.yaml in a run directory holds (defaults filled in, nulls included) is a
     scenario that validates to itself, so the API and --resume can take it back."""
-    from quorum.scenarios.scenario import validate_scenario
+    from scenarios.scenario import validate_scenario
 
     if "source: real" in path.read_text() and not HAVE_DATASETS:
         pytest.skip("the real data sets are not beside the checkout")
@@ -149,9 +149,9 @@ def test_a_validated_scenario_validates_again_to_itself(path):
 
 def test_a_fault_phase_that_no_method_has_is_refused_with_the_choices():
     """Issue 37, point 3: `phase: reponse` validated and silently never fired."""
-    from quorum.scenarios.scenario import validate_scenario
+    from scenarios.scenario import validate_scenario
     from quorum import load_scenario
-    from quorum.specs.schema import ScenarioError
+    from specs.schema import ScenarioError
 
     raw = load_scenario(Path(__file__).resolve().parents[1] / "scenarios" / "faults-site-crash.yaml").to_dict()
     raw["faults"] = [{"action": "crash", "sites": "site-001", "phase": "reponse"},

@@ -11,14 +11,14 @@ import pytest
 import sympy
 from scipy import stats
 
-from quorum.protocol.codecs.secagg_ddg import SecAggDDG
-from quorum.protocol.methods.base import RequestError
-from quorum.protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
-from quorum.protocol.methods.base import Send
-from quorum.protocol.secagg import primitives as crypto
-from quorum.protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
-from quorum.protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod
-from quorum.protocol.secagg.shamir import PRIME, ShareError, reconstruct_secret, split_secret
+from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.methods.base import RequestError
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.methods.base import Send
+from protocol.secagg import primitives as crypto
+from protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
+from protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod
+from protocol.secagg.shamir import PRIME, ShareError, reconstruct_secret, split_secret
 
 BITS, LENGTH = 20, 32
 

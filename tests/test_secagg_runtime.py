@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import yaml
 
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
-from quorum.stats.dp import Bins
-from quorum.stats.ddg import flat_histogram, quantile_index
-from quorum.world.trial import build_trial
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
+from stats.dp import Bins
+from stats.ddg import flat_histogram, quantile_index
+from world.trial import build_trial
 from tests.support import TINY
 
 BINS = {"count": 16, "lo": 0.0, "hi": 3.0}

@@ -6,15 +6,15 @@ import pytest
 
 import zmq
 
-from quorum.coordinator.driver import Coordinator, Deadlines
-from quorum.coordinator.events import EventLog
-from quorum.protocol.methods import METHODS
-from quorum.protocol.wire import Envelope, decode, encode
-from quorum.runner.processes import SiteHosts
+from coordinator.driver import Coordinator, Deadlines
+from coordinator.events import EventLog
+from protocol.methods import METHODS
+from protocol.wire import Envelope, decode, encode
+from runner.processes import SiteHosts
 from tests.support import CountingProxy, trial_zero
-from quorum.transport.channel import RouterChannel
-from quorum.transport.ledger import Ledger, handshake_bytes
-from quorum.transport.security import generate_keys, load_client_keys, load_server_keys, secure_client
+from transport.channel import RouterChannel
+from transport.ledger import Ledger, handshake_bytes
+from transport.security import generate_keys, load_client_keys, load_server_keys, secure_client
 
 SITES = ["site-000", "site-001", "site-002", "site-003"]
 
@@ -147,10 +147,10 @@ def test_keys_and_runs_are_private_and_a_planted_key_directory_is_refused(tmp_pa
     import os
     import stat
 
-    from quorum.runner.outputs import RunDirectory
-    from quorum.sites.storage import write_trial
+    from runner.outputs import RunDirectory
+    from sites.storage import write_trial
     from tests.support import trial_zero
-    from quorum.transport.security import KeyDirectoryError, private_key_directory
+    from transport.security import KeyDirectoryError, private_key_directory
 
     keys = generate_keys(tmp_path / "keys", ["site-000"])
     assert stat.S_IMODE(keys.stat().st_mode) == 0o700

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from quorum.protocol.codecs import PayloadError
-from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
-from quorum.protocol.codecs.shuffle import Shuffle
-from quorum.protocol.inprocess import run_session
-from quorum.protocol.methods import METHODS
-from quorum.protocol.shuffle import ShuffleBatch, sealing_claim, secure_permutation
+from protocol.codecs import PayloadError
+from protocol.codecs.exp_mech_bins import ExpMechBins
+from protocol.codecs.shuffle import Shuffle
+from protocol.inprocess import run_session
+from protocol.methods import METHODS
+from protocol.shuffle import ShuffleBatch, sealing_claim, secure_permutation
 
 ROOT = Path(__file__).resolve().parents[1]
 BINS = {"lo": 0.0, "hi": 1.0, "count": 100}

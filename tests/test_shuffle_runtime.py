@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import validate_scenario
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import validate_scenario
 from tests.support import TINY
 
 BINS = {"count": 16, "lo": 0.0, "hi": "training"}

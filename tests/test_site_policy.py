@@ -18,20 +18,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.methods import RequestError
-from quorum.protocol.methods.kanon_table import KAnonTableSite, table_request
-from quorum.protocol.noise import NOT_PRIVATE, PrivacyNoise
-from quorum.protocol.policy import SitePolicy
-from quorum.runner.outputs import RunDirectory
-from quorum.runner.study import run_study
-from quorum.scenarios.scenario import load_site_policy, validate_scenario
+from protocol.codecs import CODECS
+from protocol.methods import RequestError
+from protocol.methods.kanon_table import KAnonTableSite, table_request
+from protocol.noise import NOT_PRIVATE, PrivacyNoise
+from protocol.policy import SitePolicy
+from runner.outputs import RunDirectory
+from runner.study import run_study
+from scenarios.scenario import load_site_policy, validate_scenario
 from quorum import load_scenario
-from quorum.sites.local import SiteLocal
-from quorum.specs.schema import ScenarioError
-from quorum.stats.dp import Bins, exponential_mechanism_log_probabilities
-from quorum.stats.kanon import check_release, first_release, join_release
-from quorum.stats.randomness import site_rng
+from sites.local import SiteLocal
+from specs.schema import ScenarioError
+from stats.dp import Bins, exponential_mechanism_log_probabilities
+from stats.kanon import check_release, first_release, join_release
+from stats.randomness import site_rng
 from tests.support import TINY
 
 BINS = {"lo": 0.0, "hi": 4.0, "count": 40}
@@ -94,7 +94,7 @@ def test_a_coordinator_that_replays_the_seed_predicts_the_release_only_when_the_
 def test_os_noise_releases_follow_the_mechanism():
     """The exponential mechanism with OS noise still releases bin i with probability p_i (chi-square,
     false alarm 1e-6): the defence changes who can predict the draw, not its distribution."""
-    from quorum.stats.dp import private_quantile_bin
+    from stats.dp import private_quantile_bin
 
     scores = np.linspace(0.05, 3.95, 60)
     noise = PrivacyNoise()
@@ -138,7 +138,7 @@ def test_the_same_scenario_twice_gives_different_private_and_identical_non_priva
     assert privacy and all(r["noise"] == NOT_PRIVATE for r in privacy if r["releases"] != "0")
     written = json.loads((tmp_path / "c" / "summary.json").read_text())["privacy"]
     assert written["noise"] == "seeded" and written["warning"] == NOT_PRIVATE
-    from quorum.runner.privacy import privacy_line
+    from runner.privacy import privacy_line
 
     assert privacy_line(summary["privacy"]).startswith("WARNING: " + NOT_PRIVATE)
     assert summary["privacy"]["noise"] == "seeded"
@@ -150,9 +150,9 @@ def test_a_trusted_curators_release_does_not_replay_from_the_seed():
     """private_cp's curator (the coordinator) releases an exponential-mechanism bin of the pooled
     scores: 40 sessions with the same seeded coordinator Generator give several thresholds (the
     noise is the OS CSPRNG's; P(all equal) < 1e-9 here), and the explicit seeded mode repeats one."""
-    from quorum.protocol.inprocess import run_session
-    from quorum.protocol.methods import METHODS
-    from quorum.protocol.noise import SeededNoise, coordinator_rng
+    from protocol.inprocess import run_session
+    from protocol.methods import METHODS
+    from protocol.noise import SeededNoise, coordinator_rng
 
     rng = np.random.default_rng(4)
     scores = {f"site-{j}": rng.exponential(1.0, 30) for j in range(4)}
@@ -203,8 +203,8 @@ def test_each_policy_limit_refuses_and_names_itself(tmp_path, policy, request_ki
         call = lambda: local.answer(0, "mwu_table", "table-0", CODECS["summary"]().wrap_request(body))
     else:
         body = {"level": 0.5, "epsilon": 3.0, "bins": BINS, "central": {"epsilon": 3.0, "delta": 1e-6, "messages": 10}}
-        from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
-        from quorum.protocol.codecs.shuffle import Shuffle
+        from protocol.codecs.exp_mech_bins import ExpMechBins
+        from protocol.codecs.shuffle import Shuffle
 
         wrapped = Shuffle(ExpMechBins(BINS["count"])).wrap_request(body)
         call = lambda: local.answer(0, "fedcp2_qq_shuffle", "respond", wrapped)
@@ -326,8 +326,8 @@ def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
     """The coordinator claims (and the site books) a sum over 5 noisy inputs, then names only 3
     survivors in the unmask request: a site whose neighbourhood covers the claim (full graph)
     refuses; a claim beyond its neighbourhood (sparse graph) cannot be seen and is not refused here."""
-    from quorum.protocol.accounting import Spend
-    from quorum.protocol.methods.secure_sum import SecureSumSite
+    from protocol.accounting import Spend
+    from protocol.methods.secure_sum import SecureSumSite
 
     class Client:  # the SecAgg client after `share`: its peers are its neighbourhood
         def __init__(self, peers):
@@ -354,9 +354,9 @@ def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
 def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tmp_path):
     """SiteLocal.sealing_claim: the messages the site's spend was planned for and the digest of
     the request's seal_to key, which the shuffler compares across the batch."""
-    from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
-    from quorum.protocol.codecs.shuffle import Shuffle
-    from quorum.protocol.shuffle import sealing_claim
+    from protocol.codecs.exp_mech_bins import ExpMechBins
+    from protocol.codecs.shuffle import Shuffle
+    from protocol.shuffle import sealing_claim
 
     coordinator = Shuffle(ExpMechBins(BINS["count"]))
     body = coordinator.wrap_request({"level": 0.5, "epsilon": 3.0, "bins": BINS,
@@ -369,7 +369,7 @@ def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says
     """A secure sum claimed for 50 inputs where the site sees 5 (itself and 4 neighbours): the
     global count is the coordinator's word. `unseen_claims: trust` (default) answers;
     `refuse` refuses before unmasking, naming the claim."""
-    from quorum.protocol.methods.secure_sum import SecureSumSite
+    from protocol.methods.secure_sum import SecureSumSite
 
     class Client:
         peers = {f"site-{i}": {} for i in range(4)}

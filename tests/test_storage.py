@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-import quorum.sites.storage as storage
-from quorum.sites.storage import load_slots, model_slot, write_trial
+import sites.storage as storage
+from sites.storage import load_slots, model_slot, write_trial
 
 
 def test_slots_fit_half_the_available_memory():
@@ -41,7 +41,7 @@ def test_at_most_the_allowed_number_of_holders_at_once(tmp_path, monkeypatch):
 
 
 def test_a_privacy_account_cut_short_by_a_crash_keeps_every_whole_record(tmp_path):
-    from quorum.sites.storage import account_path, append_account, read_account
+    from sites.storage import account_path, append_account, read_account
 
     records = [{"trial": 0, "session": s, "kind": "em", "epsilon": 0.5} for s in range(3)]
     append_account(tmp_path, "site-000", records[:2])

@@ -9,8 +9,8 @@ import json
 import pytest
 
 import quorum
-from quorum.runner.trace import COORDINATOR, SHUFFLER, Instant, Span, Timeline
-from quorum.runner.timeline import draw_timeline
+from runner.trace import COORDINATOR, SHUFFLER, Instant, Span, Timeline
+from runner.timeline import draw_timeline
 from tests.support import TINY
 
 FAULTS = [

@@ -5,11 +5,11 @@ import itertools
 import numpy as np
 import pytest
 
-from quorum.stats.optimizer import plan_optimized
-from quorum.stats.orderstats import qq_coverage
-from quorum.stats.planner import (COVERAGE_TOLERANCE, QQPlan, plan_paper_rule, plan_quantile_of_quantiles,
+from stats.optimizer import plan_optimized
+from stats.orderstats import qq_coverage
+from stats.planner import (COVERAGE_TOLERANCE, QQPlan, plan_paper_rule, plan_quantile_of_quantiles,
                            replan_after_dropouts)
-from quorum.stats.unbalanced import coverage_unbalanced
+from stats.unbalanced import coverage_unbalanced
 from tests.oracles import appendix_a1_brute_force, appendix_a1_exact, binomial_tolerance
 
 PAPER004_TEN = (307, 250, 208, 172, 143, 118, 98, 81, 67, 56)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorum.protocol.codecs import CODECS, PayloadError
-from quorum.protocol.wire import PROTOCOL_VERSION, Envelope, WireError, decode, encode, seal
+from protocol.codecs import CODECS, PayloadError
+from protocol.wire import PROTOCOL_VERSION, Envelope, WireError, decode, encode, seal
 
 
 def response(body, session=19001, sender="site-049", seq=7):
@@ -116,7 +116,7 @@ def test_a_map_bomb_is_refused_before_it_costs_memory():
 
     import msgpack
 
-    from quorum.protocol.wire import MAX_CONTAINERS, WireError, decode
+    from protocol.wire import MAX_CONTAINERS, WireError, decode
 
     bombs = [{}] * (4 * 1024 * 1024)  # packs to about 4 MiB: one byte per empty map
     packed = msgpack.packb({"v": 1, "t": "response", "s": 1, "f": "site-000", "n": 0,
@@ -137,7 +137,7 @@ def test_a_control_message_is_bounded_by_its_type_before_decoding():
 
     import msgpack
 
-    from quorum.protocol.wire import MAX_BYTES_BY_TYPE, WireError, decode, short
+    from protocol.wire import MAX_BYTES_BY_TYPE, WireError, decode, short
 
     packed = msgpack.packb({"v": 1, "t": "join", "s": 1, "f": "site-000", "n": 0,
                             "p": {"n": 5, "device": "x" * 100_000}}, use_bin_type=True)

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from quorum.protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
-from quorum.transport.ledger import message_wire_bytes
-from quorum.transport.security import ClientKeys, ServerKeys, SiteAuthenticator, secure_client, secure_server
+from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
+from transport.ledger import message_wire_bytes
+from transport.security import ClientKeys, ServerKeys, SiteAuthenticator, secure_client, secure_server
 
 COORDINATOR_ID = "coordinator"
 

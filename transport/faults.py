@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from quorum.protocol.sessions import method_index
-from quorum.protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
-from quorum.stats.randomness import stable_key
+from protocol.sessions import method_index
+from protocol.wire import CHECKSUM_BYTES, SHUFFLER_ID, seal
+from stats.randomness import stable_key
 
 SITE_ACTIONS = ("crash", "kill_host", "straggle", "delay")
 MESSAGE_ACTIONS = ("drop", "duplicate", "reorder", "corrupt")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from quorum.transport.faults import FaultInjector
+from transport.faults import FaultInjector
 
 
 class Outbox:

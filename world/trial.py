@@ -14,11 +14,11 @@ from functools import cached_property
 
 import numpy as np
 
-from quorum.data.heterogeneity import assign_sites, shift_response, site_shifts, treatment_group, treatment_shifts
-from quorum.data.sources import SOURCES
-from quorum.data.split import site_sizes, split_indices, standardize
-from quorum.models import MODELS, Model
-from quorum.stats.randomness import trial_rng
+from data.heterogeneity import assign_sites, shift_response, site_shifts, treatment_group, treatment_shifts
+from data.sources import SOURCES
+from data.split import site_sizes, split_indices, standardize
+from models import MODELS, Model
+from stats.randomness import trial_rng
 
 
 @dataclass

@@ -2,8 +2,8 @@
 one is one module and one line); another package's are entry points in the group
 `quorum.codecs`, or import paths in a method's `codec` attribute (specs.plugins)."""
 
-from quorum.protocol.codecs.base import Codec, PayloadError
-from quorum.specs.plugins import Registry, subclass_problem
+from protocol.codecs.base import Codec, PayloadError
+from specs.plugins import Registry, subclass_problem
 
 ROUTES = ("direct", "shuffler")
 
@@ -19,13 +19,13 @@ def check_codec(cls: type) -> str | None:
 
 
 CODECS = Registry("codec", "quorum.codecs", {
-    "raw_quantile": "quorum.protocol.codecs.raw_quantile:RawQuantile",
-    "raw_scores": "quorum.protocol.codecs.raw_scores:RawScores",
-    "exp_mech_bins": "quorum.protocol.codecs.exp_mech_bins:ExpMechBins",
-    "secagg_ddg": "quorum.protocol.codecs.secagg_ddg:SecAggDDG",
-    "shuffle": "quorum.protocol.codecs.shuffle:Shuffle",
-    "summary": "quorum.protocol.codecs.summary:Summary",
-    "tensors": "quorum.protocol.codecs.tensors:Tensors",
+    "raw_quantile": "protocol.codecs.raw_quantile:RawQuantile",
+    "raw_scores": "protocol.codecs.raw_scores:RawScores",
+    "exp_mech_bins": "protocol.codecs.exp_mech_bins:ExpMechBins",
+    "secagg_ddg": "protocol.codecs.secagg_ddg:SecAggDDG",
+    "shuffle": "protocol.codecs.shuffle:Shuffle",
+    "summary": "protocol.codecs.summary:Summary",
+    "tensors": "protocol.codecs.tensors:Tensors",
 }, key="name", check=check_codec)
 
 __all__ = ["CODECS", "Codec", "PayloadError", "check_codec"]

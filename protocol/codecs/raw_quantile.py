@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from protocol.codecs.base import Codec, PayloadError
 
 
 class RawQuantile(Codec):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from protocol.codecs.base import Codec, PayloadError
 
 
 class RawScores(Codec):

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.protocol.codecs.base import Codec, PayloadError
-from quorum.protocol.secagg.primitives import KEY_BYTES, NONCE_BYTES
-from quorum.protocol.secagg.protocol import masked_bytes_width
-from quorum.protocol.secagg.shamir import SHARE_BYTES, PRIME
+from protocol.codecs.base import Codec, PayloadError
+from protocol.secagg.primitives import KEY_BYTES, NONCE_BYTES
+from protocol.secagg.protocol import masked_bytes_width
+from protocol.secagg.shamir import SHARE_BYTES, PRIME
 
 KINDS = ("keys", "shares", "masked", "unmask")
 MAX_CIPHERTEXT = 1024

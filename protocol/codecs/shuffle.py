@@ -18,7 +18,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from protocol.codecs.base import Codec, PayloadError
 
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
 INFO = b"quorum shuffle v1"
@@ -49,7 +49,7 @@ class Shuffle(Codec):
 
     @classmethod
     def for_site(cls, body: dict) -> tuple[Codec, dict]:
-        from quorum.protocol.codecs import CODECS
+        from protocol.codecs import CODECS
 
         if not isinstance(body, dict) or set(body) != {"shuffle", "request"}:
             raise PayloadError("shuffle: a request must be {shuffle, request}")

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from protocol.codecs.base import Codec, PayloadError
 
 #: field kinds: a Python int, a finite-or-infinite float, a float64 vector, an int64 vector
 KINDS = ("int", "float", "floats", "ints")

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from quorum.protocol.codecs.base import Codec, PayloadError
+from protocol.codecs.base import Codec, PayloadError
 
 #: wire dtype tag -> numpy dtype
 DTYPES = {"f2": np.dtype("<f2"), "f4": np.dtype("<f4")}

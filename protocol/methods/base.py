@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from quorum.protocol.accounting import Spend
-from quorum.stats.conformal import order_statistic
+from protocol.accounting import Spend
+from stats.conformal import order_statistic
 
 #: what a method whose privacy depends on how many sites answer does when fewer answered than
 #: planned: abort before anything is released (default), or release and say so (status "shortfall")
@@ -159,7 +159,7 @@ class Method(ABC):
     data: ClassVar[str] = "scores"
 
     def __init__(self, alpha: float, **params: Any) -> None:
-        from quorum.specs.schema import validate
+        from specs.schema import validate
 
         self.alpha = alpha
         self.params = validate({"type": "map", "fields": self.PARAMS}, params, self.name)
@@ -172,7 +172,7 @@ class Method(ABC):
     def codec_class(cls) -> type:
         """The class of this method's codec, by registered name or import path (imported on first
         use: the method's own code names it, never a request)."""
-        from quorum.protocol.codecs import CODECS
+        from protocol.codecs import CODECS
 
         return CODECS.load(cls.codec)
 
@@ -219,7 +219,7 @@ class Method(ABC):
         outside its ciphertext, for the shuffler to check (protocol.shuffle.sealing_claim): the
         fewest messages the answer was planned and booked for (1: it stands alone) and the key
         it was sealed to."""
-        from quorum.protocol.shuffle import sealing_claim
+        from protocol.shuffle import sealing_claim
 
         encoder, inner = cls.codec_class().for_site(body)
         spend = cls.spend(phase, inner)

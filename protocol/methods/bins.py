@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from quorum.stats.dp import Bins
+from stats.dp import Bins
 
 BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 1, "default": 100},

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty
-from quorum.stats.conformal import split_conformal_order, split_conformal_threshold
+from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty
+from stats.conformal import split_conformal_order, split_conformal_threshold
 
 
 class Centralized(OneShotMethod):

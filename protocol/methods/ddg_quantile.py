@@ -24,18 +24,18 @@ import math
 
 import numpy as np
 
-from quorum.protocol.accounting import MAX_CLAIMED, Spend
-from quorum.protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError
-from quorum.protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
-from quorum.protocol.methods.private_bin import bins_from_request
-from quorum.protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
-from quorum.protocol.noise import discrete_gaussian, max_sigma2
-from quorum.protocol.secagg.graph import default_degree, default_threshold
-from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
-from quorum.stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
+from protocol.accounting import MAX_CLAIMED, Spend
+from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError
+from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
+from protocol.methods.private_bin import bins_from_request
+from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
+from protocol.noise import discrete_gaussian, max_sigma2
+from protocol.secagg.graph import default_degree, default_threshold
+from protocol.secagg.protocol import Aggregate, SecAggParams
+from stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
                        hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
                        scaling_for_epsilon, to_ring)
-from quorum.stats.dp import Bins
+from stats.dp import Bins
 
 DEFAULT_LEVELS = [round(0.1 * i, 1) for i in range(1, 10)]
 MAX_BINS = 1 << 20

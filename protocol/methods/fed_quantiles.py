@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
-from quorum.protocol.codecs.summary import Summary
-from quorum.protocol.accounting import Spend
-from quorum.protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError,
+from protocol.codecs.summary import Summary
+from protocol.accounting import Spend
+from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError,
                                    Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
-from quorum.protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
+from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
-from quorum.stats.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank,
+from stats.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank,
                                 quantile_loss_terms, yj_likelihood_fit, yj_likelihood_quantile,
                                 yj_site_moments, yj_table_fit, yj_table_quantile)
 

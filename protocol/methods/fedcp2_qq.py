@@ -13,12 +13,12 @@ dropouts re-plan k at the adjusted level for the sites that answered, as in FedC
 from __future__ import annotations
 
 
-from quorum.protocol.accounting import Spend
-from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned
-from quorum.protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
-from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend
-from quorum.stats.dp import Bins
-from quorum.stats.planner import choose_gamma, k_after_dropouts
+from protocol.accounting import Spend
+from protocol.methods.base import OneShotMethod, Outcome, Planned
+from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
+from stats.dp import Bins
+from stats.planner import choose_gamma, k_after_dropouts
 
 class FedCP2QQ(OneShotMethod):
     name = "fedcp2_qq"

@@ -19,15 +19,15 @@ import math
 
 import numpy as np
 
-from quorum.protocol.codecs.secagg_ddg import SecAggDDG
-from quorum.protocol.methods.base import Decided, Outcome, RequestError
-from quorum.protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
-from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
-from quorum.protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
-from quorum.protocol.secagg.graph import default_degree, default_threshold
-from quorum.protocol.secagg.protocol import Aggregate, SecAggParams
-from quorum.protocol.shuffle import anonymous_label
-from quorum.stats.dp import Bins
+from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.methods.base import Decided, Outcome, RequestError
+from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
+from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
+from protocol.secagg.graph import default_degree, default_threshold
+from protocol.secagg.protocol import Aggregate, SecAggParams
+from protocol.shuffle import anonymous_label
+from stats.dp import Bins
 
 
 class FedCP2QQSecAgg(FedCP2QQShuffled):

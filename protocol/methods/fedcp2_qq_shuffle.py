@@ -27,12 +27,12 @@ and the reading paper 000 section 4 takes for sites holding many.
 from __future__ import annotations
 
 
-from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
-from quorum.protocol.codecs.shuffle import Shuffle
-from quorum.protocol.accounting import Spend
-from quorum.protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
-from quorum.protocol.methods.fedcp2_qq import FedCP2QQ
-from quorum.stats.amplification import local_epsilon_for, shuffled_epsilon
+from protocol.codecs.exp_mech_bins import ExpMechBins
+from protocol.codecs.shuffle import Shuffle
+from protocol.accounting import Spend
+from protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
+from protocol.methods.fedcp2_qq import FedCP2QQ
+from stats.amplification import local_epsilon_for, shuffled_epsilon
 
 DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
 

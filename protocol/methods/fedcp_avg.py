@@ -6,8 +6,8 @@ smallest score and the server averages them. It carries no coverage guarantee.
 
 from __future__ import annotations
 
-from quorum.protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
-from quorum.stats.conformal import average_of_quantiles, split_conformal_order
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+from stats.conformal import average_of_quantiles, split_conformal_order
 
 
 class FedCPAvg(OneShotMethod):

@@ -13,10 +13,10 @@ keeps the guarantee the outcome is the infinite set, with the reason.
 
 from __future__ import annotations
 
-from quorum.protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
-from quorum.stats.conformal import quantile_of_quantiles
-from quorum.stats.optimizer import plan_optimized
-from quorum.stats.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+from stats.conformal import quantile_of_quantiles
+from stats.optimizer import plan_optimized
+from stats.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
 
 PLANNERS = ("auto", "optimal", "paper_rule", "optimized")
 

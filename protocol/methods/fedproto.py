@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.learning.nets import accuracy, build_net, parameter_count
-from quorum.protocol.methods.base import RequestError
-from quorum.protocol.methods.fedtype import PrivateModels, architecture_from
-from quorum.protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, LearningMethod, LearningSite
+from learning.nets import accuracy, build_net, parameter_count
+from protocol.methods.base import RequestError
+from protocol.methods.fedtype import PrivateModels, architecture_from
+from protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, LearningMethod, LearningSite
 
 PROTOTYPE_PARAMS = {
     "embedding": {"type": "int", "min": 1, "default": 64},  # the width of f_i(x), common to all sites
@@ -43,7 +43,7 @@ class FedProto(PrivateModels, LearningMethod):
         return {"prototypes": np.zeros((classes, width), np.float32), "counts": np.zeros(classes, np.float32)}
 
     def aggregate(self, tensors, sizes):
-        from quorum.learning.prototypes import global_prototypes
+        from learning.prototypes import global_prototypes
 
         prototypes, counts = global_prototypes([t["prototypes"] for t in tensors], [t["counts"] for t in tensors])
         return {"prototypes": prototypes.astype(np.float32), "counts": counts.astype(np.float32)}
@@ -61,7 +61,7 @@ class FedProtoSite(LearningSite):
     extra_keys = ("private", "embedding", "prototype_weight")
 
     def build(self, body, features):
-        from quorum.learning.prototypes import with_embedding
+        from learning.prototypes import with_embedding
 
         self.width, self.lam = int(body["embedding"]), float(body["prototype_weight"])
         if self.width < 1 or self.lam < 0:
@@ -85,7 +85,7 @@ class FedProtoSite(LearningSite):
                 torch.as_tensor(counts > 0, device=self.device))
 
     def train_round(self, weights):
-        from quorum.learning.prototypes import embeddings, local_prototypes, nearest_prototype_accuracy, prototype_round
+        from learning.prototypes import embeddings, local_prototypes, nearest_prototype_accuracy, prototype_round
 
         prototypes, known = self._global(weights)
         received = nearest_prototype_accuracy(self.private, self.data.X_test, self.data.y_test, prototypes, known)
@@ -99,7 +99,7 @@ class FedProtoSite(LearningSite):
         return {"prototypes": mine.astype(self.precision), "counts": counts.astype(np.float32)}, metrics
 
     def evaluate(self, weights):
-        from quorum.learning.prototypes import nearest_prototype_accuracy
+        from learning.prototypes import nearest_prototype_accuracy
 
         prototypes, known = self._global(weights)
         metrics = {"private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test)}

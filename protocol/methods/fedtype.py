@@ -14,13 +14,13 @@ any phase carries it (tests/test_fedtype.py checks the bytes on the wire).
 from __future__ import annotations
 
 
-from quorum.learning.nets import accuracy, build_net, get_weights, parameter_count
-from quorum.learning.uarl import BACKWARD_LOSSES
-from quorum.protocol.methods.base import RequestError
-from quorum.protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
+from learning.nets import accuracy, build_net, get_weights, parameter_count
+from learning.uarl import BACKWARD_LOSSES
+from protocol.methods.base import RequestError
+from protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
                                               LearningMethod, LearningSite)
-from quorum.specs.schema import ScenarioError, validate
-from quorum.stats.conformal import smallest_calibration
+from specs.schema import ScenarioError, validate
+from stats.conformal import smallest_calibration
 
 UARL_PARAMS = {
     "lam": {"type": "float", "ge": 0, "default": 0.5},  # lambda of eq. (7)
@@ -73,7 +73,7 @@ class LocalOnlySite(LearningSite):
         return {"private_parameters": parameter_count(self.private)}
 
     def train_round(self, weights):
-        from quorum.learning.train import supervised_round
+        from learning.train import supervised_round
 
         if weights is not None:
             raise RequestError("local_only sites take no weights")
@@ -110,7 +110,7 @@ class FedAvgSite(LearningSite):
         return {"private_parameters": parameter_count(self.model), "proxy_parameters": parameter_count(self.model)}
 
     def train_round(self, weights):
-        from quorum.learning.train import supervised_round
+        from learning.train import supervised_round
 
         self.load_global(self.model, weights)
         received = accuracy(self.model, self.data.X_test, self.data.y_test)
@@ -148,7 +148,7 @@ class FedTypeSite(LearningSite):
     extra_keys = ("private", "proxy", *UARL_PARAMS)
 
     def build(self, body, features):
-        from quorum.learning.train import UARLState
+        from learning.train import UARLState
 
         if body["backward_loss"] not in BACKWARD_LOSSES:
             raise RequestError(f"backward_loss must be one of {BACKWARD_LOSSES}, got {body['backward_loss']!r}")
@@ -166,7 +166,7 @@ class FedTypeSite(LearningSite):
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.proxy)}
 
     def train_round(self, weights):
-        from quorum.learning.train import uarl_round
+        from learning.train import uarl_round
 
         self.load_global(self.proxy, weights)  # p_i^t = p_g^{t-1} (section 3.3)
         received = accuracy(self.proxy, self.data.X_test, self.data.y_test)
@@ -179,7 +179,7 @@ class FedTypeSite(LearningSite):
             "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
 
     def evaluate(self, weights):
-        from quorum.learning.train import set_coverage
+        from learning.train import set_coverage
 
         proxy_accuracy = accuracy(self.proxy, self.data.X_test, self.data.y_test)  # the site's own last proxy
         coverage, size = set_coverage(self.proxy, self.data, self.config, self.penalty, self.rng)

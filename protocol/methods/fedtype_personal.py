@@ -29,8 +29,8 @@ and its weight stay at the site. `private_accuracy` is the personalised predicti
 from __future__ import annotations
 
 
-from quorum.learning.nets import accuracy
-from quorum.protocol.methods.fedtype import UARL_PARAMS, FedType, FedTypeSite
+from learning.nets import accuracy
+from protocol.methods.fedtype import UARL_PARAMS, FedType, FedTypeSite
 
 HEADS = ("fitted", "equal", "none")
 HEAD_PROXIES = ("site", "global")
@@ -66,7 +66,7 @@ class FedTypePersonalSite(FedTypeSite):
     def build(self, body, features):
         if body["head"] not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {body['head']!r}")
-        from quorum.learning.personal import label_prior, shift_by_prior
+        from learning.personal import label_prior, shift_by_prior
 
         self.head, self.share_proxy = body["head"], bool(body["share_proxy"])
         if body["head_proxy"] not in HEAD_PROXIES:
@@ -83,9 +83,9 @@ class FedTypePersonalSite(FedTypeSite):
 
     def personalised_accuracy(self) -> tuple[float, float]:
         """(accuracy of the personalised prediction on the test split, the head's weight w)."""
-        from quorum.learning.nets import logits
-        from quorum.learning.personal import mixture_accuracy, mixture_weight
-        from quorum.learning.uarl import softmax
+        from learning.nets import logits
+        from learning.personal import mixture_accuracy, mixture_weight
+        from learning.uarl import softmax
 
         if self.head == "none":
             return accuracy(self.private, self.data.X_test, self.data.y_test), 1.0

@@ -12,9 +12,9 @@ The private model never leaves the site.
 
 from __future__ import annotations
 
-from quorum.learning.nets import accuracy, build_net, get_weights, parameter_count
-from quorum.protocol.methods.fedtype import PrivateModels, architecture_from
-from quorum.protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod, LearningSite
+from learning.nets import accuracy, build_net, get_weights, parameter_count
+from protocol.methods.fedtype import PrivateModels, architecture_from
+from protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod, LearningSite
 
 MUTUAL_PARAMS = {
     # alpha and beta of FML's two losses (learning.mutual.mutual_losses): each one's weight on
@@ -58,7 +58,7 @@ class FMLSite(LearningSite):
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.meme)}
 
     def train_round(self, weights):
-        from quorum.learning.mutual import mutual_round
+        from learning.mutual import mutual_round
 
         self.load_global(self.meme, weights)  # the meme starts every round from the global meme
         received = accuracy(self.meme, self.data.X_test, self.data.y_test)

@@ -20,10 +20,10 @@ from typing import Callable
 
 import numpy as np
 
-from quorum.protocol.accounting import Spend, request_key
-from quorum.protocol.codecs.summary import Summary
-from quorum.protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
-from quorum.stats.kanon import (EXTREMES, KAnonymityError, Release, Table, apply_release, check_release,
+from protocol.accounting import Spend, request_key
+from protocol.codecs.summary import Summary
+from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from stats.kanon import (EXTREMES, KAnonymityError, Release, Table, apply_release, check_release,
                          first_release, join_release)
 
 MAX_SITES = 256

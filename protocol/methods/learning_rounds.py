@@ -22,11 +22,11 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from quorum.learning.nets import ARCHITECTURE_FIELDS
-from quorum.protocol.codecs.tensors import PRECISIONS, pack_tensors, unpack_tensors
-from quorum.protocol.codecs.base import PayloadError
-from quorum.protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
-from quorum.stats.randomness import data_rng
+from learning.nets import ARCHITECTURE_FIELDS
+from protocol.codecs.tensors import PRECISIONS, pack_tensors, unpack_tensors
+from protocol.codecs.base import PayloadError
+from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from stats.randomness import data_rng
 
 MAX_ROUNDS = 1000
 PHASES = ("setup", *(f"round-{t}" for t in range(MAX_ROUNDS)), "evaluate")
@@ -102,7 +102,7 @@ class LearningMethod(Method):
         architecture = self.global_architecture()
         if architecture is None:
             return None
-        from quorum.learning.nets import build_net, get_weights
+        from learning.nets import build_net, get_weights
 
         return get_weights(build_net(architecture, features, self.params["classes"], seed=int(rng.integers(2**31 - 1))))
 
@@ -259,8 +259,8 @@ class LearningSite(SiteHalf):
         return {"tensors": tensors, "metrics": {"train": len(self.data.y_train), **metrics}}
 
     def _setup(self, body):
-        from quorum.learning.train import TRAINING_OPTIONS, SiteData, TrainingConfig
-        from quorum.models.torch_nets import resolve_device
+        from learning.train import TRAINING_OPTIONS, SiteData, TrainingConfig
+        from models.torch_nets import resolve_device
 
         if self.config is not None:
             raise RequestError("setup twice in one session")
@@ -305,7 +305,7 @@ class LearningSite(SiteHalf):
 
     def load_global(self, net, weights) -> None:
         """Start `net` from the global weights of the request (refused: none sent, or a misfit)."""
-        from quorum.learning.nets import ArchitectureError, set_weights
+        from learning.nets import ArchitectureError, set_weights
 
         if weights is None:
             raise RequestError("this method needs the global weights in every round")

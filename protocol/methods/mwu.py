@@ -14,13 +14,13 @@ import math
 
 import numpy as np
 
-from quorum.protocol.codecs.summary import Summary
-from quorum.protocol.accounting import Spend
-from quorum.protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
+from protocol.codecs.summary import Summary
+from protocol.accounting import Spend
+from protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
                                    two_sample_groups)
-from quorum.protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
+from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
-from quorum.stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
+from stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
                                t_weighted, u_federated, z_score)
 
 TESTS = ("sum", "weighted", "fisher")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.protocol.codecs.summary import Summary
-from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
-from quorum.protocol.methods.fed_quantiles import LEVELS, LEVELS_SPEC
-from quorum.stats.conformal import order_statistic
-from quorum.stats.fedquantiles import pooled_rank
-from quorum.stats.mannwhitney import pooled_test
+from protocol.codecs.summary import Summary
+from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
+from protocol.methods.fed_quantiles import LEVELS, LEVELS_SPEC
+from stats.conformal import order_statistic
+from stats.fedquantiles import pooled_rank
+from stats.mannwhitney import pooled_test
 
 
 class PooledValues(OneShotMethod):

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 
 
-from quorum.protocol.accounting import MAX_CLAIMED, Spend
-from quorum.protocol.methods.base import RequestError, SiteHalf
-from quorum.stats.amplification import shuffled_epsilon
-from quorum.stats.dp import Bins, private_quantile_bin
+from protocol.accounting import MAX_CLAIMED, Spend
+from protocol.methods.base import RequestError, SiteHalf
+from stats.amplification import shuffled_epsilon
+from stats.dp import Bins, private_quantile_bin
 
 MAX_BINS = 10_000_000
 

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from quorum.protocol.accounting import Spend
-from quorum.protocol.noise import release_noise
-from quorum.protocol.codecs import CODECS
-from quorum.protocol.codecs.exp_mech_bins import ExpMechBins
-from quorum.protocol.methods.base import OneShotMethod, Outcome, Planned
-from quorum.protocol.methods.centralized import AllScores
-from quorum.protocol.methods.bins import maybe_bins, resolve_bins
-from quorum.protocol.methods.private_bin import PrivateQuantileBin, bin_spend
-from quorum.stats.dp import Bins, private_calibration, private_quantile_bin
+from protocol.accounting import Spend
+from protocol.noise import release_noise
+from protocol.codecs import CODECS
+from protocol.codecs.exp_mech_bins import ExpMechBins
+from protocol.methods.base import OneShotMethod, Outcome, Planned
+from protocol.methods.centralized import AllScores
+from protocol.methods.bins import maybe_bins, resolve_bins
+from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
+from stats.dp import Bins, private_calibration, private_quantile_bin
 
 PRIVATE_BINS_SPEC = {"type": "map", "fields": {
     "count": {"type": "int", "min": 0, "default": 0},  # 0: choose m* by paper 003 algorithm 5

@@ -19,8 +19,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from quorum.protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
-from quorum.protocol.secagg.protocol import (ANSWER_KIND, NEXT_PHASE, Aggregate, SecAggClient, SecAggParams,
+from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from protocol.secagg.protocol import (ANSWER_KIND, NEXT_PHASE, Aggregate, SecAggClient, SecAggParams,
                                              SecAggRefusal, SecAggServer)
 
 

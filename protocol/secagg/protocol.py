@@ -33,9 +33,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from quorum.protocol.secagg import primitives as crypto
-from quorum.protocol.secagg.graph import harary_neighbours
-from quorum.protocol.secagg.shamir import (SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes,
+from protocol.secagg import primitives as crypto
+from protocol.secagg.graph import harary_neighbours
+from protocol.secagg.shamir import (SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes,
                                     share_to_bytes, split_secret)
 
 #: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
