@@ -118,12 +118,13 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, 
 
         drainer = threading.Thread(target=drain, daemon=True)
         drainer.start()
-        sent = []
+        sent, set_aside = [], []
 
         @FUZZ
         @given(malformed(["open", "request", "close", "shutdown", "hello", "boom"]))
         def throw(data):
             if b"shutdown" in data:  # a well-formed shutdown would legitimately end the site
+                set_aside.append(data)
                 return
             channel.socket.send_multipart([b"site-000", data])
             sent.append(data)
@@ -132,7 +133,10 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, 
         time.sleep(2.0)
         stop.set()
         drainer.join(5)
-        assert len(sent) >= EXAMPLES * 0.9
+        # hypothesis ran its examples; the few that could spell a shutdown were set aside (how many
+        # varies a little with how hypothesis spends its budget, e.g. on a loaded machine)
+        assert len(sent) + len(set_aside) >= EXAMPLES * 0.99
+        assert len(sent) >= EXAMPLES * 0.85, (len(sent), len(set_aside))
         process = "site-000" if not host_mates else "host-000"
         assert procs.processes[process].is_alive()
         log = (tmp_path / f"{process}.log").read_text()
