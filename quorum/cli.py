@@ -155,28 +155,13 @@ def sweep(scenario, grids, out, trials, overrides, backend):
 
 
 def _print_sweep(rows) -> None:
-    """The sweep's comparison: per combination and method, utility beside privacy and cost."""
+    """The sweep's comparison (runner.report.sweep_table)."""
     from rich.console import Console
-    from rich.table import Table
+
+    from runner.report import sweep_table
 
     swept = list(rows.columns[:list(rows.columns).index("method")])
-    table = Table(title="Sweep: coverage and size (means over each run's ok trials) against privacy and bytes")
-    shown = [*swept, "method", "privacy", "epsilon", "ok", "coverage_mean", "size_mean", "bytes_up_per_site",
-             "bytes_per_trial"]
-    for column in shown:
-        table.add_column(column, justify="left" if column in (*swept, "method", "privacy") else "right")
-    for row in rows.to_dict("records"):
-        cells = {**row, "ok": f"{row['ok']}/{row['trials']}"}
-        table.add_row(*[_cell(cells.get(column)) for column in shown])
-    Console(width=None if sys.stdout.isatty() else 150).print(table)
-
-
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 100 else f"{value:,.0f}"
-    return str(value)
+    Console(width=None if sys.stdout.isatty() else 150).print(sweep_table(rows.to_dict("records"), swept))
 
 
 @cli.command()

@@ -177,6 +177,21 @@ def summary_table(summary: dict[str, dict], alpha: float):
     return table
 
 
+def sweep_table(rows: list[dict], swept: list[str]):
+    """sweep.csv's rows as the terminal shows them: per combination and method, utility beside
+    privacy and cost."""
+    from rich.table import Table
+
+    table = Table(title="Sweep: coverage and size (means over each run's ok trials) against privacy and bytes")
+    for column in (*swept, "method", "privacy", "epsilon", "ok", "coverage", "size", "up B/site", "bytes/trial"):
+        table.add_column(column, justify="left" if column in (*swept, "method", "privacy") else "right")
+    for row in rows:
+        table.add_row(*[str(row[key]) for key in swept], row["method"], row["privacy"], _fmt(row["epsilon"], 2),
+                      f"{row['ok']}/{row['trials']}", _fmt(row["coverage_mean"]), _fmt(row["size_mean"]),
+                      _fmt(row["bytes_up_per_site"], 1), _fmt(row["bytes_per_trial"], 0))
+    return table
+
+
 def _fmt(value, digits=4):
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"

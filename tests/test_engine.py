@@ -19,7 +19,7 @@ import pytest
 import quorum
 from protocol.codecs.shuffle import Shuffle
 from protocol.engine import Session, join_problem
-from protocol.inprocess import drive, run_session
+from protocol.inprocess import drive
 from protocol.methods import METHODS
 from runner.study import run_study
 
