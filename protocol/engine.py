@@ -77,6 +77,7 @@ class Session:
         self.sizes = dict(sizes)
         self.rng = rng
         self.codec = method.make_codec()
+        self.phases = method.phase_table()
         self.transcript: list[PhaseRecord] = []
         self.half = None
         self.step: Send | Outcome | None = None
@@ -109,10 +110,25 @@ class Session:
     def _next(self) -> Requests | Outcome:
         if not isinstance(self.step, Send):
             return self.step
-        step = self.step
+        step = self.step = self._on_table(self.step)
+        if not isinstance(step, Send):
+            return step
         messages = {site: {"method": self.method.name, "phase": step.phase, "body": self.codec.wrap_request(body)}
                     for site, body in step.requests.items()}
         return Requests(step.phase, dict(step.requests), messages, int(step.minimum), self.codec.route)
+
+    def _on_table(self, step: Send) -> Send | Outcome:
+        """The half's Send with its phase as the table's Phase, or the aborted outcome when the
+        method's phase table does not allow that phase next: dispatch follows the table."""
+        phase = self.phases.parse(step.phase)
+        if phase is None:
+            return Outcome.aborted(f"the coordinator half asked for phase {step.phase!r}, which {self.method.name} "
+                                   f"does not have (its phases: {self.phases.describe()})")
+        previous = self.transcript[-1].phase if self.transcript else None
+        problem = self.phases.follows(previous, phase)
+        if problem:
+            return Outcome.aborted(f"the coordinator half left {self.method.name}'s phase table: {problem}")
+        return Send(phase, step.requests, step.minimum)
 
     def decode(self, bodies: Mapping[str, Any]) -> Decoded:
         """The phase's received bodies through the codec, in label order (the same order in every
@@ -144,7 +160,7 @@ class Session:
         """The `session_end` event's fields, the same in every backend."""
         outcome = self.outcome
         return {"trial": trial, "session": session, "method": self.method.name, "label": label,
-                "status": outcome.status, "threshold": outcome.threshold, "reason": outcome.reason,
+                "status": outcome.status, **outcome.event_fields(), "reason": outcome.reason,
                 "rounds": self.rounds}
 
     def end(self, outcome: Outcome) -> Outcome:

@@ -48,13 +48,14 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
     return step
 
 
-def run_session(method: Method, site_scores: Mapping[str, np.ndarray],
-                rng_for: Callable[[str], np.random.Generator], session: int = 1) -> Outcome:
-    """One session over sites given directly by their scores (for tests and benchmarks);
-    rng_for("coordinator") seeds the coordinator half."""
-    halves = {site: type(method).site_for(np.asarray(scores, dtype=float), rng_for(site), site, session)
-              for site, scores in site_scores.items()}
-    sizes = {site: int(len(scores)) for site, scores in site_scores.items()}
+def run_session(method: Method, site_rows: Mapping[str, np.ndarray],
+                rng_for: Callable[[str], np.random.Generator]) -> Outcome:
+    """One session over sites given directly by their data ({site: rows}: scores, two_sample
+    rows or examples, as the method's `data`), for tests and benchmarks; rng_for(site) seeds
+    each site half and rng_for("coordinator") the coordinator half."""
+    halves = {site: type(method).site(np.asarray(rows, dtype=float), rng_for(site), site)
+              for site, rows in site_rows.items()}
+    sizes = {site: int(len(rows)) for site, rows in site_rows.items()}
 
     def ask(site, phase, body):  # the site side's encoder (make_codec is the coordinator's decoder)
         encoder, request = method.codec_class().for_site(body)

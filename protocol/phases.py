@@ -7,13 +7,18 @@ phase names and what each admits; the drivers, the fault injector and the ledger
 
 Run-level phases:      hello (sites announce themselves), join (a trial opens; sites load their
                        data, score it, and answer with their calibration size n_j).
-Method-level phases:   named by each method (`Method.phases`); all use request -> response.
+Method-level phases:   each method's own `PhaseTable` (`Method.phases`): its phases, which may
+                       follow which, and which carry a round number; all use request -> response.
+
+A phase that repeats carries its round as data: `Phase("round", 17)` is named "round-17" on the
+wire (and in the ledger, events and fault rules) and has `.name` "round" and `.round` 17; its
+table turns a wire name back into a Phase (`PhaseTable.parse`), so no method parses a name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from protocol.wire import Envelope
 
@@ -34,6 +39,102 @@ METHOD_PHASE = PhaseSpec(sent="request", answer="response")
 def phase_spec(phase: str) -> PhaseSpec:
     """The table row for a phase: a run-level phase by name, else a method phase."""
     return RUN_PHASES.get(phase, METHOD_PHASE)
+
+
+class Phase(str):
+    """A method phase: its wire name (this string) with the name of its table row and, for a
+    phase that repeats, its round number. Phase("setup") is "setup"; Phase("round", 3) is "round-3"."""
+
+    name: str
+    round: int | None
+
+    def __new__(cls, name: str, round: int | None = None) -> "Phase":
+        text = name if round is None else f"{name}-{round}"
+        phase = super().__new__(cls, text)
+        phase.name, phase.round = name, round
+        return phase
+
+    def __reduce__(self):
+        return Phase, (self.name, self.round)
+
+
+@dataclass(frozen=True)
+class PhaseStep:
+    """One row of a method's phase table: a phase, the phases that may follow it (a session may
+    end after any), and whether it repeats with a round number (0, 1, ... one more each time)."""
+
+    name: str
+    then: tuple[str, ...] = ()
+    numbered: bool = False
+
+
+class PhaseTable:
+    """A method's phases and transitions, as a table the reader sees and the engine follows
+    (protocol.engine.Session refuses a step the table does not allow). `rounds`: how many times
+    a numbered phase may repeat. A plain tuple of names (`phases = ("advertise", "share")`)
+    declares phases that follow one another in that order, each once (`PhaseTable.of`)."""
+
+    def __init__(self, *steps: PhaseStep, rounds: int = 0) -> None:
+        if not steps:
+            raise ValueError("a phase table needs at least one phase")
+        self.steps = {step.name: step for step in steps}
+        self.first = steps[0].name
+        self.rounds = rounds
+        for step in steps:
+            unknown = set(step.then) - set(self.steps)
+            if unknown:
+                raise ValueError(f"phase {step.name!r} is followed by {sorted(unknown)}, which the table lacks")
+            if step.numbered and rounds < 1:
+                raise ValueError(f"phase {step.name!r} is numbered: give the table its rounds")
+
+    @classmethod
+    def of(cls, phases: "PhaseTable | Iterable[str]") -> "PhaseTable":
+        """A method's `phases` as a table: a table as it is, a tuple of names in order."""
+        if isinstance(phases, PhaseTable):
+            return phases
+        names = list(phases)
+        if not names or not all(isinstance(name, str) and name for name in names) or len(set(names)) < len(names):
+            raise ValueError(f"phases must be distinct non-empty names, got {phases!r}")
+        return cls(*(PhaseStep(name, tuple(names[i + 1:i + 2])) for i, name in enumerate(names)))
+
+    def opening(self) -> Phase:
+        """The first phase of a session."""
+        return Phase(self.first, 0 if self.steps[self.first].numbered else None)
+
+    def parse(self, text: str) -> Phase | None:
+        """The Phase a wire name stands for, or None when the method has no such phase."""
+        if not isinstance(text, str):
+            return None
+        if text in self.steps and not self.steps[text].numbered:
+            return Phase(text)
+        name, _, number = text.rpartition("-")
+        step = self.steps.get(name)
+        if step is None or not step.numbered or not number.isdigit() or number != str(int(number)):
+            return None
+        return Phase(name, int(number)) if int(number) < self.rounds else None
+
+    def __contains__(self, text) -> bool:
+        return self.parse(text) is not None
+
+    def follows(self, previous: Phase | None, phase: Phase) -> str | None:
+        """Why `phase` may not come next after `previous` (None at a session's start), or None."""
+        if previous is None:
+            return None if phase == self.opening() else f"a session opens with {self.opening()}, not {phase}"
+        step = self.steps[previous.name]
+        if phase.name not in step.then:
+            return f"{previous} is followed by {self.describe(step.then)}, not {phase}"
+        if self.steps[phase.name].numbered:
+            expected = previous.round + 1 if phase.name == previous.name else 0
+            if phase.round != expected:
+                return f"after {previous} comes {Phase(phase.name, expected)}, not {phase}"
+        return None
+
+    def describe(self, names: Iterable[str] | None = None) -> str:
+        """The phases in words, e.g. "setup, round-N (N < 1000), evaluate"."""
+        names = list(self.steps) if names is None else list(names)
+        if not names:
+            return "nothing (the session ends)"
+        return ", ".join(f"{n}-N (N < {self.rounds})" if self.steps[n].numbered else n for n in names)
 
 
 @dataclass

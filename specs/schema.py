@@ -4,7 +4,7 @@ Specs are plain data so that methods, models and data sources can declare their 
 parameters without importing this module:
 
     {"type": "int", "min": 1, "default": 20}
-    {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le")
+    {"type": "float", "gt": 0, "lt": 1}          (also "ge", "le"; "finite": true refuses nan and inf)
     {"type": "str", "choices": [...]}              {"type": "bool"}
     {"type": "map", "fields": {...}}               {"type": "list", "of": spec, "min_len": 1, "max_len": 2}
     {"type": "float_or", "choices": [...]}         a number, or one of the named strings
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -113,6 +114,8 @@ def _int(spec, value, path):
 
 def _float(spec, value, path):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(path, _describe(spec), value)
+    if math.isnan(value) or (spec.get("finite") and math.isinf(value)):
         raise ScenarioError(path, _describe(spec), value)
     _bounds(spec, float(value), path)
     return float(value)
@@ -236,7 +239,8 @@ def _describe(spec) -> str:
         number = "an integer" if kind == "int_or" else "a number"
         limits = [f"{op} {spec[key]}" for key, op in (("min", ">="), ("max", "<=")) if key in spec]
         return " ".join([number, *limits]) + " or " + " or ".join(repr(c) for c in spec["choices"])
-    words = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+    words = {"int": "an integer", "float": "a finite number" if spec.get("finite") else "a number",
+             "str": "a string", "bool": "true or false",
              "map": "a mapping", "list": "a list", "sizes": "'equal' or a list of sizes", "any": "a value"}
     text = words[kind]
     limits = [f"{op} {spec[key]}" for key, op in

@@ -164,3 +164,24 @@ def _evaluate(grid, sizes, ells, k, effects=True):
     n, ell, inverse, first = distinct_pairs(sizes, ells)
     step = binom.pmf(ell[None, :] - 1, n[None, :], t[:, None])  # Delta_j(t)
     return coverage, (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1)))[inverse]
+
+
+#: FedCP-QQ's planners (paper 000): eq. (6) for equal sizes, the paper's rule of appendix A.1, or
+#: the per-site orders closest to 1 - alpha (plan_optimized); `auto` is eq. (6) when sizes are
+#: equal and `optimized` otherwise
+PLANNERS = ("auto", "optimal", "paper_rule", "optimized")
+
+
+def plan_orders(sizes: tuple[int, ...], alpha: float, planner: str = "auto", dropouts: int = 0) -> QQPlan | None:
+    """FedCP-QQ's plan (per-site orders ell_j and server order k, paper 000 eqs. 5-6 and appendix
+    A.1) for sites of these sizes by the named planner, robust to `dropouts` (at most m - 1);
+    None where the planner cannot serve these sizes (`optimal` needs equal sizes)."""
+    if planner not in PLANNERS:
+        raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
+    equal = len(set(sizes)) == 1
+    dropouts = min(dropouts, len(sizes) - 1)
+    if planner == "optimal" or (planner == "auto" and equal):
+        return plan_quantile_of_quantiles(len(sizes), sizes[0], alpha, dropouts) if equal else None
+    if planner == "paper_rule":
+        return plan_paper_rule(sizes, alpha, dropouts)
+    return plan_optimized(tuple(sizes), alpha, dropouts)

@@ -22,11 +22,18 @@ def check_method(cls: type) -> str | None:
         CODECS.load(codec)
     except PluginError as exc:
         return f"its codec: {exc}"
-    phases = cls.phases
-    if not isinstance(phases, tuple) or not phases or not all(isinstance(p, str) and p for p in phases):
-        return f"phases must be a non-empty tuple of names, got {phases!r}"
+    try:
+        cls.phase_table()
+    except (ValueError, TypeError) as exc:
+        return f"its phases: {exc} (a PhaseTable, or a non-empty tuple of distinct names)"
     if cls.data not in DATA_KINDS:
         return f"data must be one of {DATA_KINDS}, got {cls.data!r}"
+    from results import check_result
+
+    family = cls.result
+    problem = check_result(family) if isinstance(family, type) else f"not a class: {family!r}"
+    if problem:
+        return f"its result family {family!r}: {problem}"
     return None
 
 

@@ -6,21 +6,24 @@ Step, either
 `Send(phase, requests)` (run this phase: send each site its request body and bring back the
 decoded answers) or an `Outcome` (the session's result). It never sees a socket or a clock.
 
-Site half: `answer(phase, body)` turns a request body plus the site's own scores into a value
-that the method's codec encodes; it raises RequestError for a request it will not serve.
+Site half (built by `Method.site(rows, rng, site_id)` from the site's own data): `answer(phase,
+body)` turns a request body into a value that the method's codec encodes; it raises RequestError
+for a request it will not serve.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
 from protocol.accounting import Spend
+from protocol.phases import PhaseTable
+from results import Outcome
+from results.conformal import Threshold
 from stats.conformal import order_statistic
 
 #: what a method whose privacy depends on how many sites answer does when fewer answered than
@@ -34,56 +37,11 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class Send:
-    phase: str
+    phase: str  # a name of the method's phase table, or a Phase("round", t) of a numbered one
     requests: dict[str, dict]  # site id -> request body
     #: the fewest answers the phase's privacy was planned for: a shuffler withholds a smaller
     #: batch (protocol.shuffle), so that nothing weaker than planned reaches the coordinator
     minimum: int = 0
-
-
-#: Outcome statuses: a finite threshold; the whole line (no finite threshold carries the
-#: guarantee, e.g. too few sites answered); or no result at all, with the reason. "shortfall":
-#: a result released with weaker privacy than the scenario asked for (fewer private inputs than
-#: planned), only where the method's `on_shortfall: report` allows it; the reason names the gap.
-STATUSES = ("ok", "infinite", "aborted", "shortfall")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: str
-    threshold: float  # q-hat: the set is {y : s(x, y) <= threshold}
-    reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-    per_site: dict[str, float] | None = None  # local calibration: each site's own threshold
-
-    @staticmethod
-    def ok(threshold: float, **details) -> "Outcome":
-        status = "ok" if math.isfinite(threshold) else "infinite"
-        reason = "" if status == "ok" else "a local quantile was +inf (fewer scores than the order asked)"
-        return Outcome(status, float(threshold), reason, details)
-
-    @staticmethod
-    def infinite(reason: str, **details) -> "Outcome":
-        return Outcome("infinite", math.inf, reason, details)
-
-    @staticmethod
-    def aborted(reason: str, **details) -> "Outcome":
-        return Outcome("aborted", math.nan, reason, details)
-
-    def short_of_privacy(self, reason: str) -> "Outcome":
-        """This result, marked as released with weaker privacy than asked (status "shortfall")."""
-        return Outcome("shortfall", self.threshold, "; ".join(r for r in (reason, self.reason) if r), self.details,
-                       self.per_site)
-
-    @staticmethod
-    def test(p_value: float, statistic: float, **details) -> "Outcome":
-        """A hypothesis test's result (paper 004): no threshold; `p_value`, `statistic` in details."""
-        return Outcome("ok", math.nan, "", {"p_value": float(p_value), "statistic": float(statistic), **details})
-
-    @staticmethod
-    def estimates(values: Mapping[float, float], **details) -> "Outcome":
-        """Quantile estimates (paper 004 section 5): level -> estimate in details["estimates"]."""
-        return Outcome("ok", math.nan, "", {"estimates": {str(p): float(v) for p, v in values.items()}, **details})
 
 
 Step = Send | Outcome
@@ -146,7 +104,9 @@ class Method(ABC):
 
     name: ClassVar[str]
     codec: ClassVar[str]
-    phases: ClassVar[tuple[str, ...]] = ("respond",)
+    #: its phases and which may follow which (protocol.phases.PhaseTable), or a tuple of names
+    #: that follow one another in order, each once
+    phases: ClassVar[PhaseTable | tuple[str, ...]] = ("respond",)
     PARAMS: ClassVar[dict[str, dict]] = {}
     #: whether the site half's randomness protects what it releases (the exponential mechanism,
     #: K-anonymous limits): then the site hands it the OS CSPRNG (protocol.noise.PrivacyNoise, with
@@ -154,9 +114,14 @@ class Method(ABC):
     #: False (learning methods): the half gets a seeded numpy Generator for work that protects
     #: nothing (minibatch order), so that it reproduces.
     site_noise: ClassVar[bool] = True
-    #: what the site half works on: "scores" (a model's conformity scores, for calibration) or
-    #: "two_sample" ((value, group) rows of models.two_sample, for paper 004's statistics)
+    #: what the site half works on: "scores" (a model's conformity scores, for calibration),
+    #: "two_sample" ((value, group) rows of models.two_sample, for paper 004's statistics) or
+    #: "examples" (features then label per row, for learning)
     data: ClassVar[str] = "scores"
+    #: the result family its sessions return (results.base): a prediction set's threshold by
+    #: default; results.hypothesis.HypothesisTest, results.estimates.Estimates,
+    #: results.learning.LearningRun, or a plugin's own subclass of Outcome
+    result: ClassVar[type[Outcome]] = Threshold
 
     def __init__(self, alpha: float, **params: Any) -> None:
         from specs.schema import validate
@@ -167,6 +132,15 @@ class Method(ABC):
     @abstractmethod
     def coordinator(self, sizes: Mapping[str, int], rng: np.random.Generator) -> CoordinatorHalf:
         """The coordinator half for one session, given n_j of the sites that joined."""
+
+    @classmethod
+    def phase_table(cls) -> PhaseTable:
+        """The method's `phases` as a table (built once per class)."""
+        table = cls.__dict__.get("_phase_table")
+        if table is None or table[0] is not cls.phases:
+            table = (cls.phases, PhaseTable.of(cls.phases))
+            cls._phase_table = table
+        return table[1]
 
     @classmethod
     def codec_class(cls) -> type:
@@ -197,8 +171,11 @@ class Method(ABC):
 
     @classmethod
     @abstractmethod
-    def site(cls, scores: np.ndarray, rng: np.random.Generator) -> SiteHalf:
-        """The site half for one session; built from the request alone, not from coordinator state."""
+    def site(cls, rows: np.ndarray, rng: np.random.Generator, site_id: str) -> SiteHalf:
+        """The site half for one session, built by the site from its own data and the request
+        alone, never from coordinator state: `rows` is what the site holds for this method (its
+        conformity scores, (value, group) rows, or examples: `data`), `rng` its randomness
+        (protocol.noise) and `site_id` who it is (a secure sum binds its keys to it)."""
 
     @classmethod
     def spend(cls, phase: str, body: Mapping[str, Any]) -> Spend | None:
@@ -224,12 +201,6 @@ class Method(ABC):
         encoder, inner = cls.codec_class().for_site(body)
         spend = cls.spend(phase, inner)
         return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
-
-    @classmethod
-    def site_for(cls, scores: np.ndarray, rng: np.random.Generator, site_id: str, session: int) -> SiteHalf:
-        """The site half as the drivers build it: methods whose site half must know who and
-        where it is (secure aggregation binds its keys to both) override this; others ignore it."""
-        return cls.site(scores, rng)
 
 
 @dataclass(frozen=True)
@@ -267,7 +238,7 @@ class _OneShotCoordinator(CoordinatorHalf):
         if isinstance(planned, Outcome):
             return planned
         self.planned = planned
-        return Send(self.method.phases[0], planned.requests, planned.minimum)
+        return Send(self.method.phase_table().opening(), planned.requests, planned.minimum)
 
     def advance(self, phase, answers, dropped) -> Step:
         if not answers:
@@ -299,12 +270,41 @@ def two_sample_values(rows: np.ndarray) -> np.ndarray:
     return np.concatenate([x, y])
 
 
+#: the quantile levels paper 004 reports (section 5.4), and the `levels` parameter of its estimators
+LEVELS = [0.02, 0.25, 0.5, 0.75, 0.98]
+LEVELS_SPEC = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": LEVELS}
+
+
+def checked(spec: Mapping[str, Any], value, where: str):
+    """A request's value checked against its spec, in the spec language scenarios and PARAMS use
+    (specs.schema: the one validation dialect): the value with defaults filled in, or
+    RequestError naming the field and what was expected. A body is `{"type": "map", "fields":
+    {...}}`: a field it does not name, or one it names and the body lacks, is refused too."""
+    from specs.schema import ScenarioError, validate
+
+    try:
+        return validate(dict(spec), value, where)
+    except ScenarioError as exc:
+        raise RequestError(str(exc)) from None
+
+
+LEVELS_REQUEST = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "min_len": 1, "max_len": 1000}
+
+
 def levels_from_request(levels) -> list[float]:
-    """A request's quantile levels, checked: a non-empty list of numbers in (0, 1)."""
-    if (not isinstance(levels, list) or not levels or len(levels) > 1000
-            or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 1 for p in levels)):
-        raise RequestError(f"levels must be 1 to 1000 numbers in (0, 1), got {levels!r}")
-    return [float(p) for p in levels]
+    """A request's quantile levels, checked: 1 to 1000 numbers in (0, 1)."""
+    return checked(LEVELS_REQUEST, levels, "levels")
+
+
+class AllScores(SiteHalf):
+    """Answers an empty request with all of the site's scores (no privacy: raw values)."""
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self.scores = scores
+
+    def answer(self, phase, body):
+        expect_empty(body)
+        return self.scores
 
 
 class LocalOrderStatistic(SiteHalf):
@@ -313,8 +313,7 @@ class LocalOrderStatistic(SiteHalf):
     def __init__(self, scores: np.ndarray) -> None:
         self.scores = scores
 
+    REQUEST = {"type": "map", "fields": {"ell": {"type": "int", "min": 1}}}
+
     def answer(self, phase, body):
-        ell = body.get("ell")
-        if isinstance(ell, bool) or not isinstance(ell, int) or ell < 1 or set(body) != {"ell"}:
-            raise RequestError(f"expected a body {{'ell': int >= 1}}, got {dict(body)!r}")
-        return order_statistic(self.scores, ell)
+        return order_statistic(self.scores, checked(self.REQUEST, body, f"{phase} request")["ell"])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty
+from protocol.methods.base import AllScores, OneShotMethod, Planned
+from results.conformal import Threshold
 from stats.conformal import split_conformal_order, split_conformal_threshold
 
 
@@ -23,19 +24,11 @@ class Centralized(OneShotMethod):
     def combine(self, sizes, planned, answers, dropped, rng):
         pooled = np.concatenate([np.asarray(v, dtype=float) for v in answers.values()])
         order = split_conformal_order(pooled.size, self.alpha)
-        return Outcome.ok(split_conformal_threshold(pooled, self.alpha), order=order,
+        return Threshold.ok(split_conformal_threshold(pooled, self.alpha), order=order,
                           pooled=int(pooled.size), guarantee=min(1.0, order / (pooled.size + 1)),
                           m=len(sizes), answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
-    def site(cls, scores, rng):
-        return AllScores(scores)
+    def site(cls, rows, rng, site_id):
+        return AllScores(rows)
 
-
-class AllScores(SiteHalf):
-    def __init__(self, scores):
-        self.scores = scores
-
-    def answer(self, phase, body):
-        expect_empty(body)
-        return self.scores

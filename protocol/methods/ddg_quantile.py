@@ -26,11 +26,11 @@ import numpy as np
 
 from protocol.accounting import MAX_CLAIMED, Spend
 from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError
+from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
-from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
+from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
 from protocol.noise import discrete_gaussian, max_sigma2
-from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
                        hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
@@ -102,7 +102,7 @@ class DDGQuantile(Method):
     def length(self) -> int:
         return 2 * self.bins.count - 2 if self.hierarchical else self.bins.count
 
-    def plan(self, sizes: dict[str, int]) -> tuple[SecAggParams, dict] | str:
+    def session_parameters(self, sizes: dict[str, int]) -> tuple[SecAggParams, dict] | str:
         """The public parameters of a session, or why none can run."""
         m, b = len(sizes), self.bins.count
         if m < 2:
@@ -138,11 +138,10 @@ class DDGQuantile(Method):
 
     def graph_shape(self, m: int) -> tuple[int, int]:
         """(degree, threshold) of the session's secure-aggregation graph over m sites."""
-        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
-        return degree, self.secagg["threshold"] or default_threshold(degree)
+        return graph_shape(self.secagg, m)
 
     def planned_spend(self, sites):
-        """As plan() claims: the epsilon asked over the planned inputs (abort), or under `report`
+        """As session_parameters() claims: the epsilon asked over the planned inputs (abort), or under `report`
         what the threshold's inputs give, which this check takes as the contributors."""
         if self.on_shortfall == "abort" or sites < 2:
             return Spend("dp", self.epsilon, self.delta, self.privacy["model"],
@@ -156,7 +155,7 @@ class DDGQuantile(Method):
 
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
         sizes = dict(sizes)
-        planned = self.plan(sizes)
+        planned = self.session_parameters(sizes)
         if isinstance(planned, str):
             return Decided(Outcome.aborted(planned))
         params, public = planned
@@ -201,7 +200,7 @@ class DDGQuantile(Method):
         level = (min(1.0, math.ceil((1 - self.alpha) * (n + 1)) / n) if self.level == "conformal" else float(self.level))
         j = quantile_index(cdf, level)
         obtained = self.obtained_epsilon(public, len(included))
-        outcome = Outcome.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
+        outcome = Threshold.ok(float(self.bins.edges[j]), answered=len(included), included=included, level=level,
                           bin=j, epsilon_obtained=obtained, delta=self.delta,
                           privacy_shortfall=obtained > self.epsilon * (1 + 1e-9),
                           quantile_indices={str(p): quantile_index(cdf, p) for p in self.report_levels},
@@ -214,10 +213,6 @@ class DDGQuantile(Method):
         return outcome.short_of_privacy(short)
 
     @classmethod
-    def site(cls, scores, rng):
-        raise RequestError("ddg_quantile's site half needs its site id (built by site_for)")
-
-    @classmethod
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
         if phase != "advertise" or not isinstance(body, dict) or not isinstance(body.get("method"), dict):
@@ -225,8 +220,8 @@ class DDGQuantile(Method):
         return check_public(body["method"])
 
     @classmethod
-    def site_for(cls, scores, rng, site_id, session):
-        return SecureSumSite(site_id, lambda public, params: noisy_histogram(scores, public, params), check_public)
+    def site(cls, rows, rng, site_id):
+        return SecureSumSite(site_id, lambda public, params: noisy_histogram(rows, public, params), check_public)
 
 
 

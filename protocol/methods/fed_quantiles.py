@@ -17,16 +17,16 @@ import numpy as np
 
 from protocol.codecs.summary import Summary
 from protocol.accounting import Spend
-from protocol.methods.base import (CoordinatorHalf, Method, OneShotMethod, Outcome, Planned, RequestError,
-                                   Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
+from protocol.methods.base import (LEVELS, LEVELS_SPEC, CoordinatorHalf, Method, OneShotMethod, Outcome, Planned,
+                                   RequestError, Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
+from protocol.phases import Phase, PhaseStep, PhaseTable
+from results.estimates import Estimates
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
 from stats.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank,
                                 quantile_loss_terms, yj_likelihood_fit, yj_likelihood_quantile,
                                 yj_site_moments, yj_table_fit, yj_table_quantile)
 
-LEVELS = [0.02, 0.25, 0.5, 0.75, 0.98]  # section 5.4
-LEVELS_SPEC = {"type": "list", "of": {"type": "float", "gt": 0, "lt": 1}, "default": LEVELS}
 MAX_GRID = 1001
 
 
@@ -34,6 +34,7 @@ class KAnonQuantiles(Method):
     name = "kanon_quantiles"
     codec = "summary"
     data = "two_sample"
+    result = Estimates
     phases = PHASES
     PARAMS = {**TABLE_PARAMS, "estimator": {"type": "str", "choices": ["naive", "yj_table"], "default": "yj_table"},
               "levels": LEVELS_SPEC}
@@ -58,17 +59,17 @@ class KAnonQuantiles(Method):
         limits, counts = np.asarray(table.limits), np.asarray(table.counts[0])
         common = {"answered": len(contributed), "contributed": contributed, "skipped": skipped, "bins": table.bins}
         if self.estimator == "naive":
-            return Outcome.estimates({p: naive_table_quantile(limits, counts, p) for p in self.levels}, **common)
+            return Estimates.of({p: naive_table_quantile(limits, counts, p) for p in self.levels}, **common)
         if table.bins < 3:
             return Outcome.aborted(f"the YJ table fit needs at least 2 interior limits, the table has {table.bins - 1}",
                                    **common)
         lam, a0, a1 = yj_table_fit(limits, counts)
-        return Outcome.estimates({p: yj_table_quantile(limits, counts, p) for p in self.levels},
+        return Estimates.of({p: yj_table_quantile(limits, counts, p) for p in self.levels},
                                  yj_lambda=lam, **common)
 
     @classmethod
-    def site(cls, scores, rng):
-        return KAnonTableSite([two_sample_values(scores)], rng)
+    def site(cls, rows, rng, site_id):
+        return KAnonTableSite([two_sample_values(rows)], rng)
 
     @classmethod
     def spend(cls, phase, body):
@@ -82,6 +83,7 @@ class YJLikelihood(OneShotMethod):
     name = "yj_likelihood"
     codec = "summary"
     data = "two_sample"
+    result = Estimates
     PARAMS = {"grid_points": {"type": "int", "min": 2, "max": MAX_GRID, "default": 101}, "levels": LEVELS_SPEC}
 
     def __init__(self, alpha, grid_points=101, levels=None):
@@ -107,12 +109,12 @@ class YJLikelihood(OneShotMethod):
         if sum(m["n"] for m in moments) < 2:
             return Outcome.aborted("fewer than 2 values in all", **common)
         lam, mu, sigma, _ = yj_likelihood_fit(moments, self.grid)
-        return Outcome.estimates({p: yj_likelihood_quantile(moments, self.grid, p) for p in self.levels},
+        return Estimates.of({p: yj_likelihood_quantile(moments, self.grid, p) for p in self.levels},
                                  yj_lambda=lam, **common)
 
     @classmethod
-    def site(cls, scores, rng):
-        return SiteMoments(scores)
+    def site(cls, rows, rng, site_id):
+        return SiteMoments(rows)
 
 
 class SiteMoments(SiteHalf):
@@ -131,13 +133,16 @@ class SiteMoments(SiteHalf):
 
 
 MAX_ROUNDS = 200
-LOSS_PHASES = ("range", *(f"loss-{i}" for i in range(MAX_ROUNDS)))
+#: the sites' range, then bisection rounds loss-0, loss-1, ... on every level at once
+LOSS_PHASES = PhaseTable(PhaseStep("range", then=("loss",)), PhaseStep("loss", then=("loss",), numbered=True),
+                         rounds=MAX_ROUNDS)
 
 
 class QuantileLoss(Method):
     name = "quantile_loss"
     codec = "summary"
     data = "two_sample"
+    result = Estimates
     phases = LOSS_PHASES
     PARAMS = {"tolerance": {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}, "levels": LEVELS_SPEC}
 
@@ -157,8 +162,8 @@ class QuantileLoss(Method):
         return _Bisection(self, sorted(sizes))
 
     @classmethod
-    def site(cls, scores, rng):
-        return SiteLoss(scores)
+    def site(cls, rows, rng, site_id):
+        return SiteLoss(rows)
 
 
 class _LossCodec(Summary):
@@ -210,12 +215,12 @@ class _Bisection(CoordinatorHalf):
             self.hi = np.where(above, self.probe, self.hi)
             self.lo = np.where(above, self.lo, self.probe)
         if np.all(self.hi - self.lo <= self.method.tolerance * max(self.span, 1e-300)) or self.rounds >= MAX_ROUNDS:
-            return Outcome.estimates(dict(zip(self.method.levels, self.hi.tolist())), answered=len(self.sites),
+            return Estimates.of(dict(zip(self.method.levels, self.hi.tolist())), answered=len(self.sites),
                                      rounds=self.rounds)
         self.probe = (self.lo + self.hi) / 2.0
         self.rounds += 1
         body = {"q": self.probe.tolist(), "levels": self.method.levels}
-        return Send(f"loss-{self.rounds - 1}", {site: body for site in self.sites})
+        return Send(Phase("loss", self.rounds - 1), {site: body for site in self.sites})
 
 
 class SiteLoss(SiteHalf):

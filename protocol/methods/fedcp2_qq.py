@@ -14,9 +14,11 @@ from __future__ import annotations
 
 
 from protocol.accounting import Spend
-from protocol.methods.base import OneShotMethod, Outcome, Planned
+from protocol.methods.base import SHORTFALL_SPEC, OneShotMethod, Outcome, Planned
+from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
+from stats.amplification import local_epsilon_for, shuffled_epsilon
 from stats.dp import Bins
 from stats.planner import choose_gamma, k_after_dropouts
 
@@ -65,7 +67,7 @@ class FedCP2QQ(OneShotMethod):
         choice = choose_gamma(tuple(sizes[s] for s in sites), self.alpha, epsilon, bins.count,
                               self.gamma_grid, min(self.dropouts, len(sites) - 1))
         if choice is None:
-            return Outcome.infinite(f"no gamma in the grid gives ell_gamma + ell_cor <= n_j at every site "
+            return Threshold.infinite(f"no gamma in the grid gives ell_gamma + ell_cor <= n_j at every site "
                                     f"(local epsilon={epsilon:g}, B={bins.count}): privacy this strong "
                                     f"needs more data per site; the valid set is the whole line")
         gamma, plan, correction, proxy = choice
@@ -80,18 +82,18 @@ class FedCP2QQ(OneShotMethod):
         if len(answers) < plan.m:
             k = k_after_dropouts(sizes, dict(zip(sorted(sizes), plan.ells)), dropped, len(answers), level_alpha)
             if isinstance(k, str):
-                return Outcome.infinite(k, gamma=gamma, answered=len(answers), dropped=sorted(dropped))
+                return Threshold.infinite(k, gamma=gamma, answered=len(answers), dropped=sorted(dropped))
         bins = self._bins()
         values = sorted(bins.right_edge(b) for b in answers.values())
-        return Outcome.ok(values[k - 1], ell=plan.ell if plan.ell is not None else
+        return Threshold.ok(values[k - 1], ell=plan.ell if plan.ell is not None else
                           f"{min(plan.ells)}..{max(plan.ells)}", k=k, guarantee=1.0 - self.alpha,
                           gamma=gamma, ell_cor=correction, proxy_coverage=proxy,
                           top_bin=max(answers.values()) == bins.count - 1,
                           m=plan.m, answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
-    def site(cls, scores, rng):
-        return PrivateQuantileBin(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return PrivateQuantileBin(rows, rng)
 
     @classmethod
     def spend(cls, phase, body):
@@ -105,3 +107,78 @@ class FedCP2QQ(OneShotMethod):
             raise ValueError(f"{self.name}: bins {self.bins_spec} refer to the training split; "
                              f"resolve them with for_trial()")
         return self.bins
+
+
+DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
+
+
+class AmplifiedBins(FedCP2QQ):
+    """FedCP²-QQ whose private bins reach the coordinator only as a multiset (a shuffle, or a
+    one-hot secure sum), amplifying each site's epsilon_0-LDP bin to a central (epsilon, delta)
+    (FMT21): the shared part of fedcp2_qq_shuffle and fedcp2_qq_secagg. Subclasses set `name`,
+    `codec`, `MODEL` and the codec."""
+
+    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC, "on_shortfall": SHORTFALL_SPEC}
+    MODEL: str
+
+    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort"):
+        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts)
+        self.params["delta"] = self.delta = float(delta)
+        self.params["on_shortfall"] = self.on_shortfall = on_shortfall
+
+    @property
+    def privacy(self):
+        return {"epsilon": self.epsilon, "model": self.MODEL}
+
+    def planned_messages(self, sites: int) -> int:
+        """The fewest bins the amplification is planned for: every site but the dropouts allowed."""
+        return max(1, sites - self.dropouts)
+
+    def local_epsilon(self, sites: int) -> float:
+        return local_epsilon_for(self.epsilon, self.planned_messages(sites), self.delta)
+
+    def plan(self, sizes):
+        planned = super().plan(sizes)
+        if isinstance(planned, Outcome):
+            return planned
+        central = self.guaranteed(len(sizes), 1)
+        return Planned({s: {**body, "central": central} for s, body in planned.requests.items()}, planned.state,
+                       minimum=central["messages"] if self.on_shortfall == "abort" else 0)
+
+    def guaranteed(self, sites: int, floor: int) -> dict:
+        """The central guarantee each site may count (its `central` claim): with the abort policy
+        the one asked, for the planned number of messages, which the shuffler or the unmask step
+        enforces; with `report` only what `floor` messages (the fewest any release can hold)
+        give, since a shortfall may then be released."""
+        if self.on_shortfall == "abort":
+            return {"epsilon": self.epsilon, "delta": self.delta, "messages": self.planned_messages(sites)}
+        epsilon0 = self.local_epsilon(sites)
+        return {"epsilon": shuffled_epsilon(epsilon0, floor, self.delta) * (1 + 1e-9) or epsilon0,
+                "delta": self.delta, "messages": floor}
+
+    def planned_spend(self, sites):
+        central = self.guaranteed(sites, 1)
+        return Spend("dp", central["epsilon"], central["delta"], self.MODEL, contributors=central["messages"])
+
+    def combine(self, sizes, planned, answers, dropped, rng):
+        privacy = central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon, self.delta)
+        outcome = super().combine(sizes, planned, answers, dropped, rng).with_details(**privacy)
+        if not privacy["privacy_shortfall"] or outcome.status != "ok":
+            return outcome
+        reason = shortfall_reason(len(answers), self.planned_messages(len(sizes)), privacy["epsilon_obtained"],
+                                  self.epsilon, self.delta)
+        if self.on_shortfall == "abort":
+            return Outcome.aborted(reason + "; nothing released (on_shortfall: abort)", **outcome.details)
+        return outcome.short_of_privacy(reason)
+
+
+def shortfall_reason(inputs: int, planned: int, obtained: float, epsilon: float, delta: float) -> str:
+    return (f"privacy shortfall: {inputs} private inputs where {planned} were planned for, so the release is "
+            f"(epsilon {obtained:.4g}, delta {delta:g})-DP, not the epsilon {epsilon:g} asked")
+
+
+def central_privacy(epsilon0: float, messages: int, epsilon: float, delta: float) -> dict:
+    """What the report says of a shuffled (or one-hot aggregated) session: both guarantees."""
+    obtained = shuffled_epsilon(epsilon0, messages, delta) if messages else 0.0
+    return {"epsilon_local": epsilon0, "epsilon_obtained": obtained, "delta": delta, "messages": messages,
+            "privacy_shortfall": obtained > epsilon * (1 + 1e-6)}

@@ -21,22 +21,21 @@ import numpy as np
 
 from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.methods.base import Decided, Outcome, RequestError
-from protocol.methods.fedcp2_qq_shuffle import FedCP2QQShuffled, central_privacy, shortfall_reason
+from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
-from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite
-from protocol.secagg.graph import default_degree, default_threshold
+from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
 from stats.dp import Bins
 
 
-class FedCP2QQSecAgg(FedCP2QQShuffled):
-    """The shuffled variant's accounting (eps_0, central epsilon in combine) over another transport."""
+class FedCP2QQSecAgg(AmplifiedBins):
+    """The amplified bins' accounting (eps_0, central epsilon in combine) over a one-hot secure sum."""
 
     name = "fedcp2_qq_secagg"
     codec = "secagg_ddg"
     phases = ("advertise", "share", "mask", "unmask")
-    PARAMS = {**FedCP2QQShuffled.PARAMS, "secagg": SECAGG_SPEC}
+    PARAMS = {**AmplifiedBins.PARAMS, "secagg": SECAGG_SPEC}
     MODEL = "central: eps0-LDP one-hot bins, securely summed (FMT21)"
 
     def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort",
@@ -56,10 +55,8 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
         if isinstance(planned, Outcome):
             return Decided(planned)
         bins = self._bins()
-        degree = m - 1 if self.secagg["graph"] == "full" else min(m - 1, self.secagg["degree"] or default_degree(m))
         try:
-            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, degree,
-                                  self.secagg["threshold"] or default_threshold(degree))
+            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, *graph_shape(self.secagg, m))
         except ValueError as exc:
             return Decided(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))
@@ -93,21 +90,17 @@ class FedCP2QQSecAgg(FedCP2QQShuffled):
         return self.combine(sizes, planned, answers, dropped, rng)
 
     @classmethod
-    def site(cls, scores, rng):
-        raise RequestError("fedcp2_qq_secagg's site half needs its site id (built by site_for)")
-
-    @classmethod
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
         return bin_spend(body.get("method")) if phase == "advertise" and isinstance(body, dict) else None
 
     @classmethod
-    def site_for(cls, scores, rng, site_id, session):
+    def site(cls, rows, rng, site_id):
         def one_hot(public, params: SecAggParams) -> np.ndarray:
             level = public["levels"].get(site_id)
             if level is None:
                 raise RequestError(f"no level for {site_id} in the request")
-            bin_index = PrivateQuantileBin(scores, rng).answer(
+            bin_index = PrivateQuantileBin(rows, rng).answer(
                 "mask", {"level": level, "epsilon": public["epsilon"], "bins": public["bins"]})
             if params.length != public["bins"]["count"]:
                 raise RequestError(f"the session's vectors have {params.length} entries, not B")

@@ -29,82 +29,13 @@ from __future__ import annotations
 
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
-from protocol.accounting import Spend
-from protocol.methods.base import SHORTFALL_SPEC, Outcome, Planned
-from protocol.methods.fedcp2_qq import FedCP2QQ
-from stats.amplification import local_epsilon_for, shuffled_epsilon
-
-DELTA_SPEC = {"type": "float", "gt": 0, "lt": 1, "default": 1e-6}
+from protocol.methods.fedcp2_qq import AmplifiedBins
 
 
-class FedCP2QQShuffled(FedCP2QQ):
+class FedCP2QQShuffled(AmplifiedBins):
     name = "fedcp2_qq_shuffle"
     codec = "shuffle"
-    PARAMS = {**FedCP2QQ.PARAMS, "delta": DELTA_SPEC, "on_shortfall": SHORTFALL_SPEC}
     MODEL = "central: eps0-LDP bins, shuffled (FMT21)"
-
-    def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort"):
-        super().__init__(alpha, epsilon, bins, gamma_grid, dropouts)
-        self.params["delta"] = self.delta = float(delta)
-        self.params["on_shortfall"] = self.on_shortfall = on_shortfall
-
-    @property
-    def privacy(self):
-        return {"epsilon": self.epsilon, "model": self.MODEL}
-
-    def planned_messages(self, sites: int) -> int:
-        """The fewest bins the amplification is planned for: every site but the dropouts allowed."""
-        return max(1, sites - self.dropouts)
-
-    def local_epsilon(self, sites: int) -> float:
-        return local_epsilon_for(self.epsilon, self.planned_messages(sites), self.delta)
 
     def make_codec(self):
         return Shuffle(ExpMechBins(self._bins().count))
-
-    def plan(self, sizes):
-        planned = super().plan(sizes)
-        if isinstance(planned, Outcome):
-            return planned
-        central = self.guaranteed(len(sizes), 1)
-        return Planned({s: {**body, "central": central} for s, body in planned.requests.items()}, planned.state,
-                       minimum=central["messages"] if self.on_shortfall == "abort" else 0)
-
-    def guaranteed(self, sites: int, floor: int) -> dict:
-        """The central guarantee each site may count (its `central` claim): with the abort policy
-        the one asked, for the planned number of messages, which the shuffler or the unmask step
-        enforces; with `report` only what `floor` messages (the fewest any release can hold)
-        give, since a shortfall may then be released."""
-        if self.on_shortfall == "abort":
-            return {"epsilon": self.epsilon, "delta": self.delta, "messages": self.planned_messages(sites)}
-        epsilon0 = self.local_epsilon(sites)
-        return {"epsilon": shuffled_epsilon(epsilon0, floor, self.delta) * (1 + 1e-9) or epsilon0,
-                "delta": self.delta, "messages": floor}
-
-    def planned_spend(self, sites):
-        central = self.guaranteed(sites, 1)
-        return Spend("dp", central["epsilon"], central["delta"], self.MODEL, contributors=central["messages"])
-
-    def combine(self, sizes, planned, answers, dropped, rng):
-        outcome = super().combine(sizes, planned, answers, dropped, rng)
-        privacy = central_privacy(self.local_epsilon(len(sizes)), len(answers), self.epsilon, self.delta)
-        outcome.details.update(privacy)
-        if not privacy["privacy_shortfall"] or outcome.status != "ok":
-            return outcome
-        reason = shortfall_reason(len(answers), self.planned_messages(len(sizes)), privacy["epsilon_obtained"],
-                                  self.epsilon, self.delta)
-        if self.on_shortfall == "abort":
-            return Outcome.aborted(reason + "; nothing released (on_shortfall: abort)", **outcome.details)
-        return outcome.short_of_privacy(reason)
-
-
-def shortfall_reason(inputs: int, planned: int, obtained: float, epsilon: float, delta: float) -> str:
-    return (f"privacy shortfall: {inputs} private inputs where {planned} were planned for, so the release is "
-            f"(epsilon {obtained:.4g}, delta {delta:g})-DP, not the epsilon {epsilon:g} asked")
-
-
-def central_privacy(epsilon0: float, messages: int, epsilon: float, delta: float) -> dict:
-    """What the report says of a shuffled (or one-hot aggregated) session: both guarantees."""
-    obtained = shuffled_epsilon(epsilon0, messages, delta) if messages else 0.0
-    return {"epsilon_local": epsilon0, "epsilon_obtained": obtained, "delta": delta, "messages": messages,
-            "privacy_shortfall": obtained > epsilon * (1 + 1e-6)}

@@ -6,7 +6,8 @@ smallest score and the server averages them. It carries no coverage guarantee.
 
 from __future__ import annotations
 
-from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Planned
+from results.conformal import Threshold
 from stats.conformal import average_of_quantiles, split_conformal_order
 
 
@@ -18,9 +19,9 @@ class FedCPAvg(OneShotMethod):
         return Planned({site: {"ell": split_conformal_order(n, self.alpha)} for site, n in sizes.items()})
 
     def combine(self, sizes, planned, answers, dropped, rng):
-        return Outcome.ok(average_of_quantiles(list(answers.values())),
+        return Threshold.ok(average_of_quantiles(list(answers.values())),
                           m=len(sizes), answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
-    def site(cls, scores, rng):
-        return LocalOrderStatistic(scores)
+    def site(cls, rows, rng, site_id):
+        return LocalOrderStatistic(rows)

@@ -14,11 +14,10 @@ keeps the guarantee the outcome is the infinite set, with the reason.
 from __future__ import annotations
 
 from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+from results.conformal import Threshold
 from stats.conformal import quantile_of_quantiles
-from stats.optimizer import plan_optimized
-from stats.planner import plan_paper_rule, plan_quantile_of_quantiles, replan_after_dropouts
-
-PLANNERS = ("auto", "optimal", "paper_rule", "optimized")
+from stats.optimizer import PLANNERS, plan_orders
+from stats.planner import replan_after_dropouts
 
 
 class FedCPQQ(OneShotMethod):
@@ -35,25 +34,14 @@ class FedCPQQ(OneShotMethod):
             raise ValueError(f"planner must be one of {PLANNERS}")
         self.planner, self.dropouts = planner, dropouts
 
-    def make_plan(self, sizes: tuple[int, ...]):
-        equal = len(set(sizes)) == 1
-        dropouts = min(self.dropouts, len(sizes) - 1)
-        if self.planner == "optimal" or (self.planner == "auto" and equal):
-            if not equal:
-                return None
-            return plan_quantile_of_quantiles(len(sizes), sizes[0], self.alpha, dropouts)
-        if self.planner == "paper_rule":
-            return plan_paper_rule(sizes, self.alpha, dropouts)
-        return plan_optimized(sizes, self.alpha, dropouts)
-
     def plan(self, sizes):
         sites = sorted(sizes)
-        plan = self.make_plan(tuple(sizes[s] for s in sites))
+        plan = plan_orders(tuple(sizes[s] for s in sites), self.alpha, self.planner, self.dropouts)
         if plan is None:
             return Outcome.aborted(f"planner 'optimal' (eq. 6) needs equal site sizes; got n_j in "
                                    f"{sorted(set(sizes.values()))} (use 'optimized' or 'paper_rule')")
         if plan.infinite:
-            return Outcome.infinite(plan.reason, m=plan.m)
+            return Threshold.infinite(plan.reason, m=plan.m)
         return Planned({s: {"ell": e} for s, e in zip(sites, plan.ells)}, state=plan)
 
     def combine(self, sizes, planned, answers, dropped, rng):
@@ -63,17 +51,17 @@ class FedCPQQ(OneShotMethod):
             plan = replan_after_dropouts([sizes[s] for s in answered],
                                          [planned.requests[s]["ell"] for s in answered], self.alpha)
             if plan.infinite:
-                return Outcome.infinite(plan.reason, ell=_ell_label(asked), m=asked.m,
+                return Threshold.infinite(plan.reason, ell=_ell_label(asked), m=asked.m,
                                         answered=len(answers), dropped=sorted(dropped))
         threshold = quantile_of_quantiles(list(answers.values()), plan.k)
-        return Outcome.ok(threshold, ell=_ell_label(asked), k=plan.k, guarantee=plan.coverage,
+        return Threshold.ok(threshold, ell=_ell_label(asked), k=plan.k, guarantee=plan.coverage,
                           planned_guarantee=asked.coverage, rule=asked.rule,
                           conditional_bound=plan.conditional_bound(),
                           m=asked.m, answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
-    def site(cls, scores, rng):
-        return LocalOrderStatistic(scores)
+    def site(cls, rows, rng, site_id):
+        return LocalOrderStatistic(rows)
 
 
 def _ell_label(plan) -> int | str:

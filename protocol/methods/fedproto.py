@@ -19,8 +19,8 @@ import numpy as np
 
 from learning.nets import accuracy, build_net, parameter_count
 from protocol.methods.base import RequestError
-from protocol.methods.fedtype import PrivateModels, architecture_from
-from protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, LearningMethod, LearningSite
+from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, LearningMethod, LearningSite,
+                                              PrivateModels, architecture_from)
 
 PROTOTYPE_PARAMS = {
     "embedding": {"type": "int", "min": 1, "default": 64},  # the width of f_i(x), common to all sites
@@ -49,8 +49,8 @@ class FedProto(PrivateModels, LearningMethod):
         return {"prototypes": prototypes.astype(np.float32), "counts": counts.astype(np.float32)}
 
     @classmethod
-    def site(cls, scores, rng):
-        return FedProtoSite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return FedProtoSite(rows, rng)
 
     @property
     def privacy(self):

@@ -17,9 +17,8 @@ from __future__ import annotations
 from learning.nets import accuracy, build_net, get_weights, parameter_count
 from learning.uarl import BACKWARD_LOSSES
 from protocol.methods.base import RequestError
-from protocol.methods.learning_rounds import (ARCHITECTURE, LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL,
-                                              LearningMethod, LearningSite)
-from specs.schema import ScenarioError, validate
+from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod,
+                                              LearningSite, PrivateModels, architecture_from)
 from stats.conformal import smallest_calibration
 
 UARL_PARAMS = {
@@ -31,22 +30,6 @@ UARL_PARAMS = {
 }
 
 
-def architecture_from(body: dict, key: str) -> dict:
-    try:
-        return validate(ARCHITECTURE, body.get(key), f"setup.{key}")
-    except ScenarioError as exc:
-        raise RequestError(str(exc)) from None
-
-
-class PrivateModels:
-    """Mixin: a method whose sites get a private architecture from the `private_models` list."""
-
-    def private_request(self, request: dict, index: int) -> dict:
-        models = self.params["private_models"]
-        request["private"] = models[index % len(models)]
-        return request
-
-
 class LocalOnly(PrivateModels, LearningMethod):
     name = "local_only"
     PARAMS = {**LEARNING_PARAMS, "private_models": PRIVATE_MODELS}
@@ -56,8 +39,8 @@ class LocalOnly(PrivateModels, LearningMethod):
         return self.private_request(super().setup_request(index), index)
 
     @classmethod
-    def site(cls, scores, rng):
-        return LocalOnlySite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return LocalOnlySite(rows, rng)
 
     @property
     def privacy(self):
@@ -96,8 +79,8 @@ class FedAvg(LearningMethod):
         return self.params["proxy"]
 
     @classmethod
-    def site(cls, scores, rng):
-        return FedAvgSite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return FedAvgSite(rows, rng)
 
 
 class FedAvgSite(LearningSite):
@@ -136,8 +119,8 @@ class FedType(PrivateModels, LearningMethod):
         return self.params["proxy"]
 
     @classmethod
-    def site(cls, scores, rng):
-        return FedTypeSite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return FedTypeSite(rows, rng)
 
     @property
     def privacy(self):

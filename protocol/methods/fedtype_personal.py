@@ -56,8 +56,8 @@ class FedTypePersonal(FedType):
         return {**super().setup_request(index), **{key: self.params[key] for key in PERSONAL_PARAMS}}
 
     @classmethod
-    def site(cls, scores, rng):
-        return FedTypePersonalSite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return FedTypePersonalSite(rows, rng)
 
 
 class FedTypePersonalSite(FedTypeSite):

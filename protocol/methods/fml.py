@@ -13,8 +13,8 @@ The private model never leaves the site.
 from __future__ import annotations
 
 from learning.nets import accuracy, build_net, get_weights, parameter_count
-from protocol.methods.fedtype import PrivateModels, architecture_from
-from protocol.methods.learning_rounds import LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod, LearningSite
+from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod,
+                                              LearningSite, PrivateModels, architecture_from)
 
 MUTUAL_PARAMS = {
     # alpha and beta of FML's two losses (learning.mutual.mutual_losses): each one's weight on
@@ -37,8 +37,8 @@ class FML(PrivateModels, LearningMethod):
         return self.params["meme"]
 
     @classmethod
-    def site(cls, scores, rng):
-        return FMLSite(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return FMLSite(rows, rng)
 
     @property
     def privacy(self):

@@ -15,19 +15,20 @@ first, last, count, per group g) and `withheld` (one 0/1 per group).
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
 
 from protocol.accounting import Spend, request_key
 from protocol.codecs.summary import Summary
-from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf, checked
+from protocol.phases import Phase, PhaseStep, PhaseTable
 from stats.kanon import (EXTREMES, KAnonymityError, Release, Table, apply_release, check_release,
                          first_release, join_release)
 
 MAX_SITES = 256
-PHASES = tuple(f"table-{i}" for i in range(MAX_SITES))
+#: one phase per site in turn, table-0, table-1, ...: each passes the table on to the next
+PHASES = PhaseTable(PhaseStep("table", then=("table",), numbered=True), rounds=MAX_SITES)
 TABLE_PARAMS = {
     "k": {"type": "int", "min": 2, "default": 10},
     "extremes": {"type": "str", "choices": list(EXTREMES), "default": "buffer"},
@@ -97,7 +98,7 @@ class KAnonTableCoordinator(CoordinatorHalf):
             return self.finish(self.table, self.contributed, self.skipped)
         limits = [] if self.table is None else list(self.table.limits)
         site = self.order[self.position]
-        return Send(PHASES[self.position], {site: {**self.request, "limits": limits}})
+        return Send(Phase("table", self.position), {site: {**self.request, "limits": limits}})
 
     def advance(self, phase, answers, dropped):
         site = self.order[self.position]
@@ -135,27 +136,27 @@ class KAnonTableSite(SiteHalf):
         return release_to_summary(release)
 
 
+#: a table request: K, how the extremes are protected, declared bounds, the table so far
+TABLE_REQUEST = {"type": "map", "fields": {
+    "k": {"type": "int", "min": 2},
+    "extremes": {"type": "str", "choices": list(EXTREMES)},
+    "bounds": {"type": "list", "of": {"type": "float"}, "max_len": 2},
+    "limits": {"type": "list", "of": {"type": "float"}},
+}}
+
+
 def parse_table_request(body) -> tuple[int, str, tuple[float, float] | None, list[float]]:
-    if set(body) != {"k", "extremes", "bounds", "limits"}:
-        raise RequestError(f"expected k, extremes, bounds and limits; got {sorted(body)}")
-    k, extremes, bounds, limits = body["k"], body["extremes"], body["bounds"], body["limits"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise RequestError(f"k must be an integer >= 2, got {k!r}")
-    if extremes not in EXTREMES:
-        raise RequestError(f"extremes must be one of {EXTREMES}, got {extremes!r}")
+    request = checked(TABLE_REQUEST, body, "table request")
+    k, extremes, bounds, limits = request["k"], request["extremes"], request["bounds"], request["limits"]
     if extremes == "bounds":
-        if (not isinstance(bounds, list) or len(bounds) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bounds)
-                or not bounds[0] < bounds[1]):
+        if len(bounds) != 2 or not bounds[0] < bounds[1]:
             raise RequestError(f"bounds must be [lo, hi] with lo < hi, got {bounds!r}")
-        bounds = (float(bounds[0]), float(bounds[1]))
+        bounds = (bounds[0], bounds[1])
     else:
         bounds = None
-    if (not isinstance(limits, list) or len(limits) == 1
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) for v in limits)
-            or any(b <= a for a, b in zip(limits, limits[1:]))):
+    if len(limits) == 1 or any(b <= a for a, b in zip(limits, limits[1:])):
         raise RequestError("limits must be empty (first site) or at least two increasing numbers")
-    return k, extremes, bounds, [float(v) for v in limits]
+    return k, extremes, bounds, limits
 
 
 def table_spend(layout: str, body) -> Spend:

@@ -1,7 +1,8 @@
 """Multi-round federated learning as a session (paper 002, section 3.3 and appendix A).
 
-Phases: `setup` (every site gets the training configuration and its private architecture, builds
-its networks, and answers with its feature count and split sizes), then `round-0`, `round-1`, ...:
+Phases (PHASES, a table): `setup` (every site gets the training configuration and its private
+architecture, builds its networks, and answers with its feature count and split sizes), then
+`round` 0, 1, ... (on the wire round-0, round-1, ...):
 the coordinator samples a fraction of the sites with its own seeded Generator, sends each the
 global weights (when the method has any), and averages the weights that come back, weighted by
 each site's training size n_j (FedAvg, McMahan et al. 2017); finally `evaluate`: every site that
@@ -26,10 +27,16 @@ from learning.nets import ARCHITECTURE_FIELDS
 from protocol.codecs.tensors import PRECISIONS, pack_tensors, unpack_tensors
 from protocol.codecs.base import PayloadError
 from protocol.methods.base import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from protocol.phases import Phase, PhaseStep, PhaseTable
+from results.learning import LearningRun
 from stats.randomness import data_rng
 
 MAX_ROUNDS = 1000
-PHASES = ("setup", *(f"round-{t}" for t in range(MAX_ROUNDS)), "evaluate")
+#: setup, then rounds 0, 1, ... (each sampled sites' local training and the server's average), then
+#: the evaluation of the final models
+PHASES = PhaseTable(PhaseStep("setup", then=("round",)),
+                    PhaseStep("round", then=("round", "evaluate"), numbered=True),
+                    PhaseStep("evaluate"), rounds=MAX_ROUNDS)
 ARCHITECTURE = {"type": "map", "fields": ARCHITECTURE_FIELDS}
 LEARNING_PARAMS = {
     "classes": {"type": "int", "min": 2},
@@ -70,6 +77,26 @@ def spread(values: list[float]) -> dict[str, float]:
             "max": float(array.max())}
 
 
+def architecture_from(body: dict, key: str) -> dict:
+    """The architecture a setup request names under `key` (private, proxy), checked by the site
+    (RequestError when it is not one: learning.nets.ARCHITECTURE_FIELDS)."""
+    from specs.schema import ScenarioError, validate
+
+    try:
+        return validate(ARCHITECTURE, body.get(key), f"setup.{key}")
+    except ScenarioError as exc:
+        raise RequestError(str(exc)) from None
+
+
+class PrivateModels:
+    """Mixin: a method whose sites get a private architecture from the `private_models` list."""
+
+    def private_request(self, request: dict, index: int) -> dict:
+        models = self.params["private_models"]
+        request["private"] = models[index % len(models)]
+        return request
+
+
 class LearningMethod(Method):
     """A federated learning method; subclasses say which architectures exist and what counts as
     the method's accuracy (`primary`: the site metric its results report)."""
@@ -77,6 +104,7 @@ class LearningMethod(Method):
     codec = "tensors"
     phases = PHASES
     data = "examples"
+    result = LearningRun
     primary: ClassVar[str] = "private_accuracy"
     uses_weights: ClassVar[bool] = True
     site_noise = False  # a learning site's randomness orders minibatches; it protects no release
@@ -125,6 +153,7 @@ class RoundsCoordinator(CoordinatorHalf):
         self.weights: dict[str, np.ndarray] | None = None
         self.records: list[dict] = []
         self.excluded: dict[str, str] = {}
+        self.steps = {"setup": self._after_setup, "round": self._after_round, "evaluate": self._finish}
 
     def start(self):
         if not self.sites:
@@ -132,13 +161,9 @@ class RoundsCoordinator(CoordinatorHalf):
         return Send("setup", {site: self.method.setup_request(i) for i, site in enumerate(self.sites)})
 
     def advance(self, phase, answers, dropped):
-        if phase == "setup":
-            return self._after_setup(answers, dropped)
-        if phase == "evaluate":
-            return self._finish(answers, dropped)
-        return self._after_round(int(phase.split("-")[1]), answers, dropped)
+        return self.steps[phase.name](phase, answers, dropped)  # the engine kept to PHASES
 
-    def _after_setup(self, answers, dropped):
+    def _after_setup(self, phase, answers, dropped):
         self.excluded.update({site: f"setup: {reason}" for site, reason in dropped.items()})
         if not answers:
             named = "; ".join(f"{site}: {reason}" for site, reason in sorted(dropped.items())[:3])
@@ -152,9 +177,10 @@ class RoundsCoordinator(CoordinatorHalf):
 
     def _round(self, t: int):
         chosen = sample_sites(sorted(self.members), self.method.fraction, self.rng)
-        self.records.append({"round": t + 1, "sampled": len(chosen), "sites": {}, "dropped": {},
+        phase = Phase("round", t)
+        self.records.append({"round": t + 1, "phase": phase, "sampled": len(chosen), "sites": {}, "dropped": {},
                              "weights_bytes_down": 0, "weights_bytes_up": 0, "private_weights_bytes": 0})
-        return Send(f"round-{t}", {site: self._weights_body() for site in chosen})
+        return Send(phase, {site: self._weights_body() for site in chosen})
 
     def _weights_body(self) -> dict:
         if self.weights is None:
@@ -185,8 +211,8 @@ class RoundsCoordinator(CoordinatorHalf):
                 sizes.append(int(self.members[site]["train"]))
         return kept, sizes
 
-    def _after_round(self, t, answers, dropped):
-        record = self.records[-1]
+    def _after_round(self, phase, answers, dropped):
+        t, record = phase.round, self.records[-1]
         kept, sizes = self._accept(answers, dropped, record)
         if len(self.records) > 1:  # the global model these sites received: the aggregate after round t
             self.records[-2]["global"] = {s: m.get("global_accuracy") for s, m in record["sites"].items()}
@@ -196,27 +222,30 @@ class RoundsCoordinator(CoordinatorHalf):
             return self._round(t + 1)
         return Send("evaluate", {site: self._weights_body() for site in sorted(self.members)})
 
-    def _finish(self, answers, dropped):
+    def _finish(self, phase, answers, dropped):
         if self.records:
             self.records[-1]["global"] = {s: v["metrics"].get("global_accuracy") for s, v in answers.items()}
         if not answers:
             return Outcome.aborted(f"no site answered the evaluation ({len(dropped)} dropped)", dropped=dict(dropped))
         final = {site: value["metrics"] for site, value in answers.items()}
         primary = spread([m.get(self.method.primary) for m in final.values()])
-        details = {"accuracy": primary["mean"], "accuracy_sd": primary["sd"], "answered": len(final),
-                   "round_records": [self._summary(r) for r in self.records], "excluded": {**self.excluded, **dropped},
-                   "training_device": _devices(self.members.values())}
-        for key in ("global_accuracy", "proxy_accuracy", "private_accuracy", "set_coverage", "test_set_size"):
-            details[key] = spread([m.get(key) for m in final.values()])["mean"]
-        return Outcome("ok", math.nan, "", details)
+        mean = {key: spread([m.get(key) for m in final.values()])["mean"]
+                for key in ("global_accuracy", "proxy_accuracy", "private_accuracy", "set_coverage", "test_set_size")}
+        return LearningRun("ok", "", {"answered": len(final), "excluded": {**self.excluded, **dropped},
+                                      "training_device": _devices(self.members.values()),
+                                      "private_accuracy": mean["private_accuracy"],
+                                      "test_set_size": mean["test_set_size"]},
+                           accuracy=primary["mean"], accuracy_sd=primary["sd"],
+                           global_accuracy=mean["global_accuracy"], proxy_accuracy=mean["proxy_accuracy"],
+                           set_coverage=mean["set_coverage"], rounds=tuple(self._summary(r) for r in self.records))
 
     def _summary(self, record: dict) -> dict:
-        """One row of rounds.csv (without the ledger's wire bytes, which the runner adds)."""
+        """One row of rounds.csv (results.learning; the harness adds the wire bytes of its phase)."""
         sites = record["sites"]
         global_accuracy = list(record.get("global", {}).values())
         primary = global_accuracy if self.method.primary == "global_accuracy" else \
             [m.get(self.method.primary) for m in sites.values()]
-        row = {"round": record["round"], "sampled": record["sampled"], "answered": len(sites),
+        row = {"round": record["round"], "phase": record["phase"], "sampled": record["sampled"], "answered": len(sites),
                **{f"accuracy_{k}": v for k, v in spread(primary).items()},
                "global_accuracy": spread(global_accuracy)["mean"]}
         for key in ("private_accuracy", "proxy_accuracy", "set_size", "private_set_size", "eta"):
@@ -245,13 +274,13 @@ class LearningSite(SiteHalf):
         self.round = -1
 
     def answer(self, phase, body):
-        if phase == "setup":
+        if phase.name == "setup":
             return self._setup(body)
         if self.config is None:
             raise RequestError(f"{phase} before setup in this session (was this site restarted?)")
-        if phase == "evaluate":
+        if phase.name == "evaluate":
             return {"tensors": {}, "metrics": self.evaluate(self._weights(body))}
-        t = int(phase.split("-")[1])
+        t = phase.round
         if t <= self.round:
             raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
         self.round = t

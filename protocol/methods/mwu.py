@@ -18,6 +18,7 @@ from protocol.codecs.summary import Summary
 from protocol.accounting import Spend
 from protocol.methods.base import (Method, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
                                    two_sample_groups)
+from results.hypothesis import HypothesisTest
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
 from stats.mannwhitney import (SiteStatistic, fisher_p_value, optimal_weights, p_value, site_statistic, t_sum,
@@ -31,6 +32,7 @@ class MWUSites(OneShotMethod):
     name = "mwu_sites"
     codec = "summary"
     data = "two_sample"
+    result = HypothesisTest
     PARAMS = {"test": {"type": "str", "choices": list(TESTS), "default": "weighted"}}
 
     def __init__(self, alpha, test="weighted"):
@@ -58,17 +60,17 @@ class MWUSites(OneShotMethod):
         if self.test == "fisher":
             p_values = [p_value(z_score(s)) for s in usable]
             statistic = -2.0 * float(np.sum(np.log(np.clip(p_values, 1e-300, 1.0))))
-            return Outcome.test(fisher_p_value(p_values), statistic, **common)
+            return HypothesisTest.of(fisher_p_value(p_values), statistic, **common)
         if self.test == "sum":
             z = t_sum(usable)
-            return Outcome.test(p_value(z), z, **common)
+            return HypothesisTest.of(p_value(z), z, **common)
         weights = optimal_weights(usable)
         z = t_weighted(usable, weights)
-        return Outcome.test(p_value(z), z, weights=[round(float(w), 6) for w in weights], **common)
+        return HypothesisTest.of(p_value(z), z, weights=[round(float(w), 6) for w in weights], **common)
 
     @classmethod
-    def site(cls, scores, rng):
-        return SiteMWU(scores)
+    def site(cls, rows, rng, site_id):
+        return SiteMWU(rows)
 
 
 def plausible(stat: SiteStatistic) -> bool:
@@ -93,6 +95,7 @@ class MWUTable(Method):
     name = "mwu_table"
     codec = "summary"
     data = "two_sample"
+    result = HypothesisTest
     phases = PHASES
     PARAMS = TABLE_PARAMS
 
@@ -119,11 +122,11 @@ class MWUTable(Method):
         if variance <= 0:
             return Outcome.aborted("the table has no spread across both groups (variance 0)", **common)
         z = u / math.sqrt(variance)
-        return Outcome.test(p_value(z), z, **common)
+        return HypothesisTest.of(p_value(z), z, **common)
 
     @classmethod
-    def site(cls, scores, rng):
-        return KAnonTableSite(list(two_sample_groups(scores)), rng)
+    def site(cls, rows, rng, site_id):
+        return KAnonTableSite(list(two_sample_groups(rows)), rng)
 
     @classmethod
     def spend(cls, phase, body):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.codecs.summary import Summary
-from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf, expect_empty, two_sample_groups
-from protocol.methods.fed_quantiles import LEVELS, LEVELS_SPEC
+from protocol.methods.base import (LEVELS, LEVELS_SPEC, OneShotMethod, Outcome, Planned, SiteHalf, expect_empty,
+                                   two_sample_groups)
+from results.estimates import Estimates
+from results.hypothesis import HypothesisTest
 from stats.conformal import order_statistic
 from stats.fedquantiles import pooled_rank
 from stats.mannwhitney import pooled_test
@@ -28,6 +30,7 @@ class PooledValues(OneShotMethod):
         levels = list(LEVELS if levels is None else levels)
         super().__init__(alpha, statistic=statistic, levels=levels)
         self.statistic, self.levels = statistic, levels
+        self.result = Estimates if statistic == "quantiles" else HypothesisTest
 
     @property
     def privacy(self):
@@ -47,16 +50,16 @@ class PooledValues(OneShotMethod):
             pooled = np.concatenate([x, y])
             if not pooled.size:
                 return Outcome.aborted("no values were sent", **common)
-            return Outcome.estimates({p: order_statistic(pooled, pooled_rank(p, pooled.size)) for p in self.levels},
+            return Estimates.of({p: order_statistic(pooled, pooled_rank(p, pooled.size)) for p in self.levels},
                                      **common)
         if not x.size or not y.size:
             return Outcome.aborted("a group is empty in the pooled data", **common)
         z, p = pooled_test(x, y)
-        return Outcome.test(p, z, **common)
+        return HypothesisTest.of(p, z, **common)
 
     @classmethod
-    def site(cls, scores, rng):
-        return SiteValues(scores)
+    def site(cls, rows, rng, site_id):
+        return SiteValues(rows)
 
 
 class SiteValues(SiteHalf):

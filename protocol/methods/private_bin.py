@@ -14,15 +14,25 @@ shuffler withholds a batch of fewer messages (protocol.shuffle).
 
 from __future__ import annotations
 
-import math
-
-
 from protocol.accounting import MAX_CLAIMED, Spend
-from protocol.methods.base import RequestError, SiteHalf
+from protocol.methods.base import RequestError, SiteHalf, checked
 from stats.amplification import shuffled_epsilon
 from stats.dp import Bins, private_quantile_bin
 
 MAX_BINS = 10_000_000
+
+
+#: a central claim: the guarantee of a shuffle (or one-hot sum) of at least `messages` bins
+CENTRAL = {"type": "map", "fields": {"epsilon": {"type": "float", "gt": 0, "finite": True},
+                                     "delta": {"type": "float", "gt": 0, "lt": 1},
+                                     "messages": {"type": "int", "min": 1, "max": MAX_CLAIMED}}}
+#: a bin request: the level and epsilon of the exponential mechanism, the public bins, a claim
+REQUEST = {"type": "map", "fields": {
+    "level": {"type": "float", "gt": 0, "le": 1},
+    "epsilon": {"type": "float", "gt": 0, "finite": True},
+    "bins": {"type": "any"},  # bins_from_request
+    "central": {"type": "any", "default": None},  # the shuffled and summed variants' claim (CENTRAL)
+}}
 
 
 class PrivateQuantileBin(SiteHalf):
@@ -30,14 +40,9 @@ class PrivateQuantileBin(SiteHalf):
         self.scores, self.rng = scores, rng
 
     def answer(self, phase, body):
-        if set(body) - {"central"} != {"level", "epsilon", "bins"}:
-            raise RequestError(f"expected level, epsilon and bins (and central); got {sorted(body)}")
-        level, epsilon, bins = body["level"], body["epsilon"], body["bins"]
-        if not _number(level) or not 0.0 < level <= 1.0:
-            raise RequestError(f"level must lie in (0, 1], got {level!r}")
-        if not _number(epsilon) or not 0.0 < epsilon < math.inf:
-            raise RequestError(f"epsilon must be a positive number, got {epsilon!r}")
-        grid = bins_from_request(bins)
+        request = checked(REQUEST, body, f"{phase} request")
+        level, epsilon = request["level"], request["epsilon"]
+        grid = bins_from_request(request["bins"])
         return private_quantile_bin(self.scores, grid, float(level), float(epsilon), self.rng)
 
 
@@ -45,18 +50,11 @@ def bin_spend(body) -> Spend:
     """What one exponential-mechanism bin releases: epsilon-LDP at the request's epsilon, or the
     central (epsilon, delta) of a shuffle of at least `messages` such bins when the request
     claims one and FMT21's bound backs the claim (RequestError when it does not)."""
-    epsilon = body.get("epsilon") if isinstance(body, dict) else None
-    if not _number(epsilon) or not 0.0 < epsilon < math.inf:
-        raise RequestError(f"epsilon must be a positive number, got {epsilon!r}")
-    central = body.get("central")
-    if central is None:
+    epsilon = checked(REQUEST["fields"]["epsilon"], body.get("epsilon") if isinstance(body, dict) else None,
+                      "epsilon")
+    if body.get("central") is None:
         return Spend("dp", float(epsilon), 0.0, "local")
-    if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "messages"}
-            or not all(_number(central[k]) for k in central) or isinstance(central["messages"], float)
-            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1
-            or not 1 <= central["messages"] <= MAX_CLAIMED):
-        raise RequestError(f"central must be {{epsilon > 0, delta in (0, 1), messages in [1, {MAX_CLAIMED}]}}, "
-                           f"got {central!r}")
+    central = checked(CENTRAL, body["central"], "central")
     backed = shuffled_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
     if backed > central["epsilon"] * (1 + 1e-6):
         raise RequestError(f"the claimed central epsilon {central['epsilon']:g} is not backed: {central['messages']} "
@@ -68,16 +66,11 @@ def bin_spend(body) -> Spend:
 
 def bins_from_request(bins, min_count: int = 1, max_count: int = MAX_BINS) -> Bins:
     """The public bins {lo, hi, count} of a request, checked by the site (RequestError if not)."""
-    if not isinstance(bins, dict) or set(bins) != {"lo", "hi", "count"}:
-        raise RequestError(f"bins must be {{lo, hi, count}}, got {bins!r}")
-    count = bins["count"]
-    if isinstance(count, bool) or not isinstance(count, int) or not min_count <= count <= max_count:
-        raise RequestError(f"bin count must be an integer in [{min_count}, {max_count}], got {count!r}")
+    bins = checked({"type": "map", "fields": {"lo": {"type": "float", "finite": True},
+                                              "hi": {"type": "float", "finite": True},
+                                              "count": {"type": "int", "min": min_count, "max": max_count}}},
+                   bins, "bins")
     try:
-        return Bins(float(bins["lo"]), float(bins["hi"]), count)
+        return Bins(bins["lo"], bins["hi"], bins["count"])
     except (TypeError, ValueError) as exc:
         raise RequestError(str(exc)) from None
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

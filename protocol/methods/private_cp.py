@@ -21,8 +21,8 @@ from protocol.accounting import Spend
 from protocol.noise import release_noise
 from protocol.codecs import CODECS
 from protocol.codecs.exp_mech_bins import ExpMechBins
-from protocol.methods.base import OneShotMethod, Outcome, Planned
-from protocol.methods.centralized import AllScores
+from protocol.methods.base import AllScores, OneShotMethod, Outcome, Planned
+from results.conformal import Threshold
 from protocol.methods.bins import maybe_bins, resolve_bins
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
 from stats.dp import Bins, private_calibration, private_quantile_bin
@@ -80,13 +80,13 @@ class PrivateCP(_PrivateCPBase):
         bins, gamma, level = self._grid(pooled.size)
         # the curator's central mechanism: noise from the OS CSPRNG, never from the scenario's seed
         index = private_quantile_bin(pooled, bins, level, self.epsilon, release_noise(rng))
-        return Outcome.ok(bins.right_edge(index), guarantee=1.0 - self.alpha, level=level, gamma=gamma,
+        return Threshold.ok(bins.right_edge(index), guarantee=1.0 - self.alpha, level=level, gamma=gamma,
                           bins=bins.count, pooled=int(pooled.size), top_bin=index == bins.count - 1,
                           m=len(sizes), answered=len(answers), dropped=sorted(dropped))
 
     @classmethod
-    def site(cls, scores, rng):
-        return AllScores(scores)
+    def site(cls, rows, rng, site_id):
+        return AllScores(rows)
 
     @classmethod
     def spend(cls, phase, body):
@@ -119,14 +119,14 @@ class PrivateCPLocal(_PrivateCPBase):
                 return Outcome.aborted(f"{site} answered bin {index} outside its {grids[site].count} bins")
         thresholds = {site: grids[site].right_edge(index) for site, index in sorted(answers.items())}
         values = np.array(list(thresholds.values()))
-        return Outcome("ok", float(np.median(values)), "", {
+        return Threshold("ok", "", {
             "guarantee": 1.0 - self.alpha, "m": len(sizes), "answered": len(answers),
             "dropped": sorted(dropped), "top_bin": any(answers[s] == grids[s].count - 1 for s in answers),
-        }, per_site=thresholds)
+        }, float(np.median(values)), per_site=thresholds)
 
     @classmethod
-    def site(cls, scores, rng):
-        return PrivateQuantileBin(scores, rng)
+    def site(cls, rows, rng, site_id):
+        return PrivateQuantileBin(rows, rng)
 
     @classmethod
     def spend(cls, phase, body):

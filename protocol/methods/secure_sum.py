@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from protocol.secagg.graph import default_degree, default_threshold
 from protocol.secagg.protocol import (ANSWER_KIND, NEXT_PHASE, Aggregate, SecAggClient, SecAggParams,
                                              SecAggRefusal, SecAggServer)
 
@@ -30,6 +31,14 @@ SECAGG_SPEC = {"type": "map", "fields": {
     "degree": {"type": "int", "min": 0, "default": 0},
     "threshold": {"type": "int", "min": 0, "default": 0},
 }}
+
+
+def graph_shape(secagg: Mapping[str, Any], m: int) -> tuple[int, int]:
+    """(degree, threshold) of a session's SecAgg+ graph over m sites, as the method's `secagg`
+    parameter asks: every peer under `graph: full`, else its degree (default: the protocol's
+    default for m), and its threshold (default: the protocol's for that degree)."""
+    degree = m - 1 if secagg["graph"] == "full" else min(m - 1, secagg["degree"] or default_degree(m))
+    return degree, secagg["threshold"] or default_threshold(degree)
 
 
 class SecureSumCoordinator(CoordinatorHalf):

@@ -17,12 +17,11 @@ negative, above the site's n_j or smaller than its count at a lower threshold is
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from quorum.plugin import CoordinatorHalf, Method, Outcome, RequestError, Send, SiteHalf
+from quorum.plugin import CoordinatorHalf, Method, Outcome, Phase, PhaseStep, PhaseTable, Send, SiteHalf, checked
 from quorum.stats.conformal import split_conformal_order
+from quorum_bisection.result import Bracket
 
 MAX_ROUNDS = 60
 
@@ -30,7 +29,9 @@ MAX_ROUNDS = 60
 class BisectionCP(Method):
     name = "bisection_cp"
     codec = "count"
-    phases = tuple(f"round-{r}" for r in range(MAX_ROUNDS + 1))
+    result = Bracket                # its own result family (quorum_bisection.result)
+    # round 0, round 1, ... (round-0, round-1, ... on the wire), each after the one before
+    phases = PhaseTable(PhaseStep("round", then=("round",), numbered=True), rounds=MAX_ROUNDS + 1)
     PARAMS = {
         "rounds": {"type": "int", "min": 1, "max": MAX_ROUNDS, "default": 30},
         "lo": {"type": "float", "default": 0.0},  # a public bracket for the scores
@@ -42,8 +43,8 @@ class BisectionCP(Method):
                          int(self.params["rounds"]))
 
     @classmethod
-    def site(cls, scores, rng) -> SiteHalf:
-        return CountBelow(scores)
+    def site(cls, rows, rng, site_id) -> SiteHalf:
+        return CountBelow(rows)
 
 
 class Bisection(CoordinatorHalf):
@@ -62,7 +63,7 @@ class Bisection(CoordinatorHalf):
 
     def _ask(self, r: int, t: float) -> Send:
         self.asked.append(t)
-        return Send(f"round-{r}", {site: {"t": t} for site in self.counts})
+        return Send(Phase("round", r), {site: {"t": t} for site in self.counts})
 
     def advance(self, phase, answers, dropped):
         t = self.asked[-1]
@@ -81,15 +82,15 @@ class Bisection(CoordinatorHalf):
         details = {"pooled": n, "order": k, "rounds": len(self.asked), "answered": len(self.counts),
                    "dropped": dict(self.left)}
         if k > n:
-            return Outcome.infinite(f"{n} scores are too few for alpha = {self.alpha}", **details)
+            return Bracket.infinite(f"{n} scores are too few for alpha = {self.alpha}", **details)
         total = {s: sum(self.counts[site][s] for site in self.counts) for s in self.asked}
         if total[self.hi0] < k:
-            return Outcome.infinite(f"only {total[self.hi0]} of the {k} scores needed are <= hi = {self.hi0}",
+            return Bracket.infinite(f"only {total[self.hi0]} of the {k} scores needed are <= hi = {self.hi0}",
                                     **details)
         hi = min(s for s in self.asked if total[s] >= k)
         lo = max([self.lo0] + [s for s in self.asked if total[s] < k])
         if len(self.asked) > self.rounds:
-            return Outcome.ok(hi, width=hi - lo, guarantee=min(1.0, k / (n + 1)), **details)
+            return Bracket("ok", "", {"guarantee": min(1.0, k / (n + 1)), **details}, hi, lo=lo)
         return self._ask(len(self.asked), lo + (hi - lo) / 2)
 
     def _inconsistent(self, site: str, t: float, count: int) -> str:
@@ -104,11 +105,11 @@ class Bisection(CoordinatorHalf):
 class CountBelow(SiteHalf):
     """A site's half: how many of its scores are <= the threshold asked."""
 
+    REQUEST = {"type": "map", "fields": {"t": {"type": "float"}}}  # the spec language, as PARAMS
+
     def __init__(self, scores) -> None:
         self.scores = np.sort(np.asarray(scores, dtype=float))
 
     def answer(self, phase, body):
-        t = body.get("t") if isinstance(body, dict) and set(body) == {"t"} else None
-        if not isinstance(t, float) or math.isnan(t):
-            raise RequestError(f"{phase}: expected {{t: a float}}, got {body!r}")
+        t = checked(self.REQUEST, body, f"{phase} request")["t"]  # RequestError names what is wrong
         return int(np.searchsorted(self.scores, t, side="right"))

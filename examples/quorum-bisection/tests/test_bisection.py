@@ -60,10 +60,10 @@ def test_too_few_scores_below_hi_give_the_whole_line():
 
 
 def _ask_through(scores: dict, behave):
-    halves = {site: BisectionCP.site(values, None) for site, values in scores.items()}
+    halves = {site: BisectionCP.site(values, None, site) for site, values in scores.items()}
 
     def ask(site, phase, body):
-        return behave(site, int(phase.split("-")[1]), halves[site].answer(phase, body))
+        return behave(site, phase.round, halves[site].answer(phase, body))
     return ask
 
 
@@ -103,7 +103,7 @@ def test_the_count_codec_refuses_anything_but_a_non_negative_integer(body):
 
 def test_the_site_refuses_a_request_without_a_float_threshold():
     with pytest.raises(RequestError):
-        BisectionCP.site(np.arange(5.0), None).answer("round-0", {"t": "5"})
+        BisectionCP.site(np.arange(5.0), None, "site-0").answer("round-0", {"t": "5"})
 
 
 def test_a_scenario_can_name_the_class_by_import_path_and_a_bad_path_is_named():
@@ -128,3 +128,11 @@ def test_over_site_processes_a_site_killed_in_round_5_leaves_a_valid_threshold(t
     for trial in (0, 2):  # nobody dropped: the centralized threshold, from above, within 100 / 2^30
         assert 0 <= float(bisection[trial]["threshold"]) - float(central[trial]["threshold"]) <= 100.0 / 2**30
     assert summary["methods"]["bisection_cp"]["trials"] == 3
+    # its own result family, written by Quorum without knowing it (quorum_bisection.result.Bracket)
+    assert {r["result"] for r in bisection.values()} == {"bracket"} and central[0]["result"] == "conformal"
+    widths = [float(r["width"]) for r in bisection.values()]
+    assert all(0 < w <= 100.0 / 2**29 for w in widths)
+    assert all(float(r["threshold"]) - float(r["bracket_lo"]) == pytest.approx(float(r["width"])) for r in bisection.values())
+    stats = summary["methods"]["bisection_cp"]
+    assert stats["result"] == "bracket" and stats["width_mean"] == pytest.approx(sum(widths) / 3)
+    assert stats["rounds_mean"] == 31 and "coverage_mean" in stats and "width_mean" in stats["averaged_over"]
