@@ -55,7 +55,7 @@ def attack_problem(attack: dict, method) -> str | None:
     kind = attack["attack"]
     if kind == "replay_noise" and method.codec != "exp_mech_bins":
         return "a method whose sites answer an exponential-mechanism bin to the coordinator (codec exp_mech_bins)"
-    if kind == "fabricated_table" and not method.phases[0].startswith("table-"):
+    if kind == "fabricated_table" and method.phase_table().first != "table":
         return "a K-anonymous table method (mwu_table, kanon_quantiles)"
     if kind == "inflate_claim" and method.codec not in ("shuffle", "secagg_ddg"):
         return "a shuffled or securely summed method (its requests carry a central claim)"

@@ -211,7 +211,7 @@ class Coordinator:
         from protocol.methods import METHODS
 
         other = METHODS[rule["ask"]]
-        phase, codec = other.phases[0], other.codec_class()()
+        phase, codec = other.phase_table().opening(), other.codec_class()()
         sends = {site: ("request", {"method": other.name, "phase": phase, "body": codec.wrap_request({})})
                  for site in sorted(sizes)}
         self.ledger.context = {"trial": trial, "session": session, "method": label, "codec": other.codec,

@@ -19,8 +19,9 @@ install()  # in a checkout: the house on the path, and quorum.protocol, ... the 
 # The API loads on first use (PEP 562), so that `import quorum.sites.host` in a site process costs
 # no more than the site needs: the harness (pandas, plotting) is imported only by who calls it.
 _API = {"plan": "quorum.planning", "Run": "quorum.runs", "RunDirectoryError": "quorum.runs",
-        "open_run": "quorum.runs", "run": "quorum.runs", "sweep": "quorum.runs", "Scenario": "quorum.scenario",
-        "load_scenario": "quorum.scenario", "ScenarioError": "quorum.scenario"}
+        "open_run": "quorum.runs", "run": "quorum.runs", "sweep": "quorum.runs", "pool_plot": "quorum.runs",
+        "Scenario": "quorum.scenario", "load_scenario": "quorum.scenario", "ScenarioError": "quorum.scenario",
+        "serve_sites": "quorum.hosting", "make_keys": "quorum.hosting", "site_ids_of": "quorum.hosting"}
 
 __all__ = sorted(_API)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 # the house's packages, top to bottom of the layers (pyproject.toml, [tool.importlinter])
 HOUSE = ("runner", "scenarios", "coordinator", "shuffler", "sites", "world", "transport", "protocol",
-         "learning", "models", "data", "stats", "specs")
+         "results", "learning", "models", "data", "stats", "specs")
 
 PACKAGE = Path(__file__).resolve().parent
 CHECKOUT = PACKAGE.parent

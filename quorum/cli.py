@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from specs.schema import ScenarioError
+from quorum.scenario import ScenarioError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,17 +85,15 @@ def _run_with_progress(spec, out, start):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from quorum import RunDirectoryError
-    from runner.privacy import privacy_line
-    from runner.report import communication_table, learning_table, sites_line, statistics_table, summary_table
-    from runner.study import ResumeError
+    from quorum.runs import ResumeError
+
+    typed = spec.spec()
     spec = spec.to_dict()
     console = Console(width=None if sys.stdout.isatty() else 150)
     console.print(f"[bold]{spec['name']}[/]: {spec['sites']['count']} sites, {spec['trials']} trials, "
                   f"methods {', '.join(m['label'] for m in spec['methods'])} -> {out}")
-    if spec["sites"]["policy"]["noise"] == "seeded":
-        from protocol.noise import NOT_PRIVATE
-
-        console.print(f"[bold red]WARNING: {NOT_PRIVATE}[/] (sites.policy.noise: seeded)")
+    if typed.seeded_noise:
+        console.print(f"[bold red]WARNING: {typed.noise}[/] (sites.policy.noise: seeded)")
     sessions = spec["trials"] * len(spec["methods"])
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:
@@ -105,23 +103,12 @@ def _run_with_progress(spec, out, start):
             bar.update(task, advance=1, description=f"trial {trial + 1}/{spec['trials']} {label:<12}")
 
         try:
-            summary = start(progress).summary
+            run = start(progress)
         except (ResumeError, RunDirectoryError) as exc:
             raise click.ClickException(str(exc)) from None
-    if spec["model"]["kind"] == "two_sample":  # paper 004: tests and estimates, no prediction sets
-        console.print(statistics_table(summary["methods"]))
-    elif spec["model"]["kind"] == "examples":  # paper 002: federated learning, accuracies
-        console.print(learning_table(summary["methods"], summary["communication"]))
-    else:
-        console.print(summary_table(summary["methods"], spec["alpha"]))
-    if summary["communication"]:
-        console.print(communication_table(summary["communication"]))
-    console.print(sites_line(summary))
-    console.print(privacy_line(summary["privacy"]))
-    for attack in summary.get("attacks", []):  # a scenario's adversarial coordinator: what the sites did
-        console.print(f"attack {attack['attack']} on {attack['method']} (trial {attack['trial']}): "
-                      f"{attack['answered']} answered, {attack['refused']} refused; {attack['finding'] or attack['reasons']}")
-    console.print(f"{summary['trials']} trials in {summary['seconds']:.1f} s; outputs in {out}/ "
+    for shown in run.report():  # each result family's table, communication, sites, privacy, attacks
+        console.print(shown)
+    console.print(f"{run.summary['trials']} trials in {run.summary['seconds']:.1f} s; outputs in {out}/ "
                   f"(timeline: timeline.png, trace.json)")
 
 
@@ -155,13 +142,13 @@ def sweep(scenario, grids, out, trials, overrides, backend):
 
 
 def _print_sweep(rows) -> None:
-    """The sweep's comparison (runner.report.sweep_table)."""
+    """The sweep's comparison (a table per result family)."""
+    import quorum.runs
     from rich.console import Console
 
-    from runner.report import sweep_table
-
-    swept = list(rows.columns[:list(rows.columns).index("method")])
-    Console(width=None if sys.stdout.isatty() else 150).print(sweep_table(rows.to_dict("records"), swept))
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    for table in quorum.runs.sweep_report(rows):
+        console.print(table)
 
 
 @cli.command()
@@ -170,25 +157,13 @@ def _print_sweep(rows) -> None:
 def plot(runs, out):
     """Pool the results of several RUNS (e.g. one per data set) into one coverage and set-size
     box plot per method, one point per trial of each run (paper 000 figure 4)."""
-    from runner.outputs import RunDirectory
-    from runner.plots import run_plots
+    import quorum
 
-    rows, alphas = [], set()
-    for path in runs:
-        directory = RunDirectory(path)
-        scenario = directory.read_scenario()
-        if scenario is None:
-            raise click.ClickException(f"{path} is not a run directory (no scenario.yaml)")
-        alphas.add(scenario["alpha"])
-        rows += directory.read_results()
-    if len(alphas) > 1:
-        raise click.ClickException(f"the runs use different alpha values {sorted(alphas)}; pool runs of one alpha")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = run_plots(rows, alphas.pop(), out.parent, name=out.name)
-    if not written:
-        raise click.ClickException("no trial in these runs produced a prediction set")
-    click.echo(f"{len(rows)} rows from {len(runs)} run(s) -> {out}")
+    try:
+        written, rows = quorum.pool_plot(list(runs), out)
+    except (quorum.RunDirectoryError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{rows} rows from {len(runs)} run(s) -> {written}")
 
 
 @cli.command()
@@ -302,39 +277,26 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
          policy_file):
     """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
     serving all the sites named (--sites-per-process splits them over several)."""
-    from runner.processes import SiteHosts
-    from world.trial import site_ids as all_site_ids
-    from transport.faults import resolve_rules
+    import quorum
 
-    spec = _load_or_exit(scenario, []).to_dict() if scenario else None
-    ids = list(site_ids) + _parse_site_range(site_range, spec)
+    spec = _load_or_exit(scenario, []) if scenario else None
+    ids = list(site_ids) + quorum.site_ids_of(site_range, spec["sites"]["count"] if spec else None)
     if not ids:
         raise click.UsageError("name the sites to run with --site-id or --site-ids")
     if not plain and not key_dir:
         raise click.UsageError("CURVE needs --keys (or --plain for debugging)")
-    workdir = Path(workdir)
-    (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    rules = resolve_rules(spec["faults"], all_site_ids(spec["sites"]["count"]), spec["seed"],
-                          [m["label"] for m in spec["methods"]]) if spec else []
-    policy = budget = None
-    if policy_file:
-        from scenarios.scenario import load_site_policy
-
-        try:
-            policy, budget = load_site_policy(policy_file)
-        except ScenarioError as exc:
-            _print_problems(exc)
-            sys.exit(2)
-    processes = SiteHosts(ids, connect, workdir, workdir / "logs", key_dir=None if plain else Path(key_dir),
-                          fault_rules=rules, seed=spec["seed"] if spec else 0, scenario=spec,
-                          watch_parent=False, idle_timeout=idle_timeout,
-                          sites_per_process=sites_per_process or len(ids), policy=policy, budget=budget)
-    processes.start()
-    click.echo(f"started {len(ids)} site(s) in {len(processes.processes)} process(es) -> {connect}; "
-               f"logs in {workdir / 'logs'}")
-    for process in processes.processes.values():
+    try:
+        hosts = quorum.serve_sites(connect, ids, workdir, scenario=spec, key_dir=None if plain else key_dir,
+                                   idle_timeout=idle_timeout, sites_per_process=sites_per_process,
+                                   policy_file=policy_file)
+    except ScenarioError as exc:
+        _print_problems(exc)
+        sys.exit(2)
+    click.echo(f"started {len(ids)} site(s) in {len(hosts.processes)} process(es) -> {connect}; "
+               f"logs in {Path(workdir) / 'logs'}")
+    for process in hosts.processes.values():
         process.join()
-    codes = processes.exit_codes()
+    codes = hosts.exit_codes()
     click.echo("exit codes: " + ", ".join(f"{site}={code}" for site, code in codes.items()))
     sys.exit(0 if all(code == 0 for code in codes.values()) else 1)
 
@@ -353,51 +315,17 @@ def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_k
     coordinator's host runs --coordinator, each site host --site-ids for its own sites and sends
     the public SITE.key files to the coordinator's key directory. --scenario or --sites makes every
     pair in one directory (one machine, or tests: whoever holds it holds every secret)."""
-    import shutil
+    import quorum
 
-    from protocol.wire import SHUFFLER_ID
-    from world.trial import site_ids
-    from transport.security import (COORDINATOR_KEY, KeyDirectoryError, generate_keys, make_key_pair,
-                                    private_key_directory)
-
-    directory = Path(directory)
-    if coordinator_only:
-        try:
-            generate_keys(directory, [SHUFFLER_ID])
-        except KeyDirectoryError as exc:
-            raise click.ClickException(str(exc)) from None
-        click.echo(f"coordinator and shuffler key pairs in {directory}: give each site host {COORDINATOR_KEY}.key "
-                   f"and {SHUFFLER_ID}.key (public); put the SITE.key files the site hosts send you here")
-        return
-    if site_range:
-        ids = _parse_site_range(site_range, None)
-        try:
-            private_key_directory(directory)
-        except KeyDirectoryError as exc:
-            raise click.ClickException(str(exc)) from None
-        for site in ids:
-            if (directory / f"{site}.key").exists() and not (directory / f"{site}.key_secret").exists():
-                raise click.ClickException(f"{directory / site}.key holds a public key only: not this host's site")
-        for site in ids:
-            if not (directory / f"{site}.key_secret").exists():
-                make_key_pair(directory, site)
-        if coordinator_key:
-            shutil.copyfile(coordinator_key, directory / f"{COORDINATOR_KEY}.key")
-        click.echo(f"key pairs for {len(ids)} site(s) in {directory}: send the coordinator "
-                   f"{', '.join(f'{s}.key' for s in ids[:3])}{' ...' if len(ids) > 3 else ''} (public halves); "
-                   f"the .key_secret files stay on this host")
-        return
+    ids = quorum.site_ids_of(site_range)
     count = _load_or_exit(scenario, [])["sites"]["count"] if scenario else sites
-    if not count:
+    if not (coordinator_only or ids or count):
         raise click.UsageError("give --scenario or --sites (every pair here), --coordinator or --site-ids")
     try:
-        generate_keys(directory, site_ids(count))
-    except KeyDirectoryError as exc:
+        click.echo(quorum.make_keys(directory, sites=count, coordinator_only=coordinator_only, site_ids=ids,
+                                    coordinator_key=coordinator_key))
+    except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"keys for the coordinator and {count} sites in {directory}: give each site host "
-               f"coordinator.key and its own SITE.key and SITE.key_secret; keep coordinator.key_secret "
-               f"on the coordinator's host (one directory holds every secret: split it with --coordinator "
-               f"and --site-ids when the hosts belong to different parties)")
 
 
 @cli.group()
@@ -421,19 +349,6 @@ def new_method(name, parent):
     click.echo(f"wrote {folder}/ (method {name}); try:\n"
                f"  PYTHONPATH={folder} {Path(sys.executable).name} -m pytest -q {folder}/tests\n"
                f"  PYTHONPATH={folder} python run.py run {folder}/scenario.yaml")
-
-
-def _parse_site_range(text, spec) -> list[str]:
-    from world.trial import site_ids
-
-    if not text:
-        return []
-    if "-" in text and "," not in text and not text.startswith("site"):
-        low, high = (int(v) for v in text.split("-"))
-        count = spec["sites"]["count"] if spec else high + 1
-        names = site_ids(max(count, high + 1))
-        return names[low:high + 1]
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _load_or_exit(path, overrides):

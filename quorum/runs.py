@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from quorum.scenario import Scenario, as_scenario
-from runner.outputs import RunDirectory
+from runner.outputs import ResumeError, RunDirectory  # noqa: F401 (ResumeError: raised by run(resume=True))
 from specs.schema import ScenarioError
 
 
@@ -88,6 +88,13 @@ class Run:
             self.timeline()
         return json.loads(path.read_text())
 
+    def report(self) -> list:
+        """What the terminal shows of the run: each result family's table, the communication table,
+        the sites' line, the privacy line and one line per attack (rich renderables and strings)."""
+        from runner.report import run_report
+
+        return run_report(self.summary)
+
     def timeline(self, trial: int | None = None, out: str | Path | None = None) -> Path:
         """Draw `trial`'s timeline (default: the first with a dropout, refusal or fault) to
         `out` (default DIR/timeline.png), rewriting DIR/trace.json; returns the PNG's path."""
@@ -131,9 +138,38 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
         raise RunDirectoryError(f"{out} holds no run to resume (no scenario.yaml)")
     if (out / "results.csv").exists() and not resume:
         raise RunDirectoryError(f"{out} already holds results.csv; choose another directory, or resume it (--resume; resume=True in Python)")
-    summary = run_study(scenario.to_dict(), out, backend=backend, progress=progress, keep_work=keep_work,
+    summary = run_study(scenario.spec(), out, backend=backend, progress=progress, keep_work=keep_work,
                         resume=resume, external_sites=external_sites, on_listening=on_listening)
     return Run(out, summary)
+
+
+def pool_plot(runs: list[str | Path], out: str | Path) -> tuple[Path, int]:
+    """Pool the prediction sets of several run directories (e.g. one per data set) into one
+    coverage and set-size box plot per method, one point per trial of each run (paper 000
+    figure 4), written to the PNG `out`; returns its path and the number of rows pooled.
+    ValueError when the runs use different alphas or no trial produced a prediction set."""
+    from results.conformal import Threshold
+
+    rows, alphas = [], set()
+    for path in runs:
+        run = Run(path)
+        alphas.add(run.scenario["alpha"])
+        rows += [r for r in run._files.read_results() if r.get("result") == Threshold.name]
+    if len(alphas) > 1:
+        raise ValueError(f"the runs use different alpha values {sorted(alphas)}; pool runs of one alpha")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not Threshold.plots(rows, out.parent, alphas.pop(), name=out.name):
+        raise ValueError("no trial in these runs produced a prediction set")
+    return out, len(rows)
+
+
+def sweep_report(rows) -> list:
+    """What the terminal shows of a sweep (sweep.csv as a DataFrame): a table per result family."""
+    from runner.report import sweep_table
+
+    swept = list(rows.columns[:list(rows.columns).index("method")])
+    return sweep_table(rows.to_dict("records"), swept)
 
 
 def check_backend(scenario: "Scenario", backend: str) -> None:

@@ -81,7 +81,7 @@ import math
 
 import numpy as np
 
-from quorum.plugin import OneShotMethod, Outcome, Planned, RequestError, SiteHalf, Spend
+from quorum.plugin import OneShotMethod, Outcome, Planned, SiteHalf, Spend, Threshold, checked
 
 
 def local_threshold(scores: np.ndarray, alpha: float) -> float:
@@ -105,12 +105,12 @@ class {cls}(OneShotMethod):
         if len(answers) < self.params["at_least"]:
             return Outcome.aborted(f"{{len(answers)}} answers, fewer than at_least = {{self.params['at_least']}}")
         largest = max(answers.values())
-        return Outcome.ok(largest, answered=len(answers), largest_site_threshold=largest,
-                          smallest_site_threshold=min(answers.values()))
+        return Threshold.ok(largest, answered=len(answers), largest_site_threshold=largest,
+                            smallest_site_threshold=min(answers.values()))
 
     @classmethod
-    def site(cls, scores, rng):
-        return LocalThreshold(scores)
+    def site(cls, rows, rng, site_id):
+        return LocalThreshold(rows)
 
     @classmethod
     def spend(cls, phase, body):
@@ -118,13 +118,13 @@ class {cls}(OneShotMethod):
 
 
 class LocalThreshold(SiteHalf):
+    REQUEST = {{"type": "map", "fields": {{"alpha": {{"type": "float", "gt": 0, "lt": 1}}}}}}  # as PARAMS
+
     def __init__(self, scores):
         self.scores = np.asarray(scores, dtype=float)
 
     def answer(self, phase, body):
-        alpha = body.get("alpha") if isinstance(body, dict) and set(body) == {{"alpha"}} else None
-        if not isinstance(alpha, float) or not 0 < alpha < 1:
-            raise RequestError(f"{{phase}}: expected {{{{alpha: a float in (0, 1)}}}}, got {{body!r}}")
+        alpha = checked(self.REQUEST, body, f"{{phase}} request")["alpha"]  # RequestError names the field
         return local_threshold(self.scores, alpha)
 '''
 

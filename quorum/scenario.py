@@ -64,6 +64,13 @@ class Scenario:
         """The validated scenario (defaults filled in): what a run directory's scenario.yaml holds."""
         return copy.deepcopy(self._spec)
 
+    def spec(self):
+        """The run, typed (scenarios.spec.RunSpec): the world spec, the built methods, the
+        runtime, the site policy and budget, as each part of a run takes them."""
+        from scenarios.spec import RunSpec
+
+        return RunSpec.of(self._spec)
+
     def written(self) -> dict:
         """The scenario as written, overrides applied, before defaults."""
         return copy.deepcopy(self._written)

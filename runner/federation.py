@@ -8,17 +8,20 @@ OS process (a DEALER) -- the real system. InProcessFederation: the same site-sid
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from coordinator.driver import Coordinator, Deadlines
+from coordinator.adversary import Adversary
+from coordinator.driver import Coordinator
 from coordinator.events import EventLog
 from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
 from protocol.engine import Session, join_problem
 from protocol.sessions import join_session, method_session
 from protocol.wire import SHUFFLER_ID
+from runner.outputs import RunDirectory
 from runner.processes import ShufflerProcess, SiteHosts, placement
-from scenarios.scenario import plugin_paths
+from scenarios.spec import RunSpec
 from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
 from sites.trials import TrialCache
@@ -26,51 +29,62 @@ from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
-from transport.security import load_server_keys, write_public_key
+from transport.security import generate_keys, load_server_keys, write_public_key
 from protocol.noise import coordinator_rng
-from protocol.policy import SitePolicy
 
 
 class ProcessFederation:
-    """The coordinator's driver here; the sites in their own processes, started by us
-    (`local_sites`) or by hand on other hosts (`run.py site`)."""
+    """The coordinator's driver here; the sites in their own processes, started by us (site hosts
+    on this machine or Ray actors, as the run's launcher says) or, with `external_sites`, by hand
+    on other hosts (`run.py site`). `fired`: coordinator-kill faults already carried out (a
+    resumed run)."""
 
-    def __init__(self, site_ids: list[str], workdir: Path, log_dir: Path, events: EventLog,
-                 runtime: dict, ledger: Ledger, *, key_dir: Path | None = None, fault_rules=(),
-                 seed: int = 0, fired=frozenset(), local_sites: bool = True, shuffler: bool = False,
-                 budget: dict | None = None, scenario: dict | None = None, policy: dict | None = None,
-                 adversary=None) -> None:
-        self.site_ids, self.events, self.ledger = site_ids, events, ledger
-        self.placement = placement(len(site_ids), runtime["placement"]["sites_per_process"])
-        self.launcher = runtime["launcher"] if local_sites else None
+    def __init__(self, run: RunSpec, rundir: RunDirectory, *, fired=frozenset(), external_sites: bool = False) -> None:
+        # what the run says, first; then the machinery, from the top of the house down
+        runtime = run.runtime
+        self.site_ids, self.seed, self.shuffled = run.site_ids, run.seed, run.shuffled
+        self.launcher = None if external_sites else runtime.launcher
         on_ray = self.launcher is not None and self.launcher["kind"] == "ray"
-        # Before anything starts: can this machine hold the connections? (else: what to change)
-        raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the coordinator")
-        if local_sites and not on_ray:
-            raise_open_files(descriptors_needed(self.placement.sites_per_process * (2 if shuffler else 1)),
-                             f"a site host of {self.placement.sites_per_process} sites", check_only=True)
+        self.placement = placement(len(self.site_ids), runtime.sites_per_process)
         self._ray_connected = False
-        bind, shuffler_bind = runtime["bind"], runtime["shuffler_bind"]
+        bind, self._shuffler_bind = runtime.bind, runtime.shuffler_bind
         if on_ray:
             from runner import ray_hosts
 
             self._ray_connected = ray_hosts.connect(self.launcher["address"])
-            bind, shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, shuffler_bind))
-        # Ray hosts make their sites' key pairs when they start (allowed then, in start())
-        keys = load_server_keys(key_dir, [SHUFFLER_ID] if on_ray else [*site_ids, SHUFFLER_ID]) if key_dir else None
+            bind, self._shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, self._shuffler_bind))
+        key_dir = (Path(runtime.keys) if runtime.keys else rundir.path / "keys") if runtime.security == "curve" else None
+        #: what every site host serves with (the coordinator's and the shuffler's endpoints are set
+        #: once bound); a Ray host builds its sites' data itself, as a host away from the harness does
+        self.service = run.site_service("", rundir.work, key_dir=key_dir, builds_world=on_ray)
+        #: the scenario's attacks of the coordinator on its own sites (coordinator.adversary)
+        self.adversary = Adversary(list(run.attacks), run.labels, run.seed) if run.attacks else None
+        self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
+        # Before anything starts: can this machine hold the connections? (else: what to change)
+        raise_open_files(descriptors_needed(len(self.site_ids) + 1, per_socket=1), "the coordinator")
+        if not external_sites and not on_ray:
+            raise_open_files(descriptors_needed(self.placement.sites_per_process * (2 if run.shuffled else 1)),
+                             f"a site host of {self.placement.sites_per_process} sites", check_only=True)
+        keys = None
+        if key_dir is not None:
+            # Only a local run's harness makes the sites' key pairs (its sites are processes of this
+            # machine); site hosts started by hand and Ray hosts make their own (when they start) and
+            # send the public halves (transport.security), so the coordinator holds no site's secret key
+            local_keys = not external_sites and run.local_keys
+            generate_keys(key_dir, [*self.site_ids, SHUFFLER_ID] if local_keys else [SHUFFLER_ID])
+            keys = load_server_keys(key_dir, [SHUFFLER_ID] if on_ray else [*self.site_ids, SHUFFLER_ID])
         self._key_dir = key_dir
+        self.ledger = Ledger(rundir.ledger)
         self.channel = RouterChannel(bind, keys=keys)
-        faults = FaultInjector(list(fault_rules), COORDINATOR_ID, seed, skip=fired) if fault_rules else None
-        self.coordinator = Coordinator(self.channel, events, Deadlines(**runtime["deadlines"]), ledger, faults,
-                                       adversary=adversary,
-                                       seeded_noise=SitePolicy.from_spec(policy).seeded if policy else False,
-                                       max_n=runtime["max_n"])
-        self.shuffler = (ShufflerProcess(shuffler_bind, self.channel.endpoint, log_dir, key_dir=key_dir,
-                                         site_ids=site_ids) if shuffler else None)
-        self._site_args = dict(key_dir=key_dir, fault_rules=fault_rules, seed=seed, budget=budget, policy=policy,
-                               plugins=plugin_paths(scenario) if scenario is not None else None)
-        self._scenario, self._hello_timeout = scenario, runtime["deadlines"]["hello"]
-        self._site_dirs = (workdir, log_dir) if local_sites else None
+        faults = FaultInjector(list(run.fault_rules), COORDINATOR_ID, run.seed, skip=fired) if run.fault_rules else None
+        self.coordinator = Coordinator(self.channel, self.events, runtime.deadlines, self.ledger, faults,
+                                       adversary=self.adversary, seeded_noise=run.seeded_noise,
+                                       max_n=runtime.max_n)
+        self.service = replace(self.service, coordinator=self.channel.endpoint)
+        self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
+        self._hello_timeout = runtime.deadlines.hello
+        self._logs = rundir.logs
+        self._log_dir = None if external_sites else rundir.logs  # where the sites we start log
         self.processes = None
         self.placed: dict | None = None  # how the sites were placed (summary.json), once started
         self.present: list[str] = []
@@ -79,8 +93,8 @@ class ProcessFederation:
         self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
                           security="curve" if self.channel.curve else "plain")
         endpoint = None
-        on_ray = self._site_dirs is not None and self.launcher["kind"] == "ray"
-        if self.shuffler is not None and not on_ray:
+        on_ray = self._log_dir is not None and self.launcher["kind"] == "ray"
+        if self.shuffled and not on_ray:
             endpoint = self._start_shuffler()
         if on_ray:
             from runner.ray_hosts import RayHosts
@@ -94,39 +108,47 @@ class ProcessFederation:
                 if publics:
                     self.events.write("keys", made_by="ray hosts", sites=len(publics),
                                       note="each host made its sites' key pairs; the coordinator holds public keys only")
-                return self._start_shuffler() if self.shuffler is not None else None
+                return self._start_shuffler() if self.shuffled else None
 
-            self.processes = RayHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, launcher=self.launcher,
+            self.processes = RayHosts(self.site_ids, self.service, self._log_dir, launcher=self.launcher,
                                       events=self.events, on_lost=self.channel.report_lost,
-                                      shuffler=self.shuffler is not None, scenario=self._scenario,
-                                      start_timeout=self._hello_timeout, **self._site_args)
+                                      shuffled=self.shuffled, start_timeout=self._hello_timeout)
             self.processes.start(before_serve)
             self.placed = {"processes": len(self.processes.sites),
                            "sites_per_process": max(map(len, self.processes.sites.values())), "why": self.processes.why}
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids(),
                               nodes=self.processes.nodes())
-        elif self._site_dirs is not None:
+        elif self._log_dir is not None:
             if self._key_dir is not None:
                 self.events.write("keys", made_by="this harness (a local run)", directory=str(self._key_dir),
                                   note="every site's key pair was made here, for convenience: the sites are "
                                        "processes of this machine; site hosts of other parties make their own "
                                        "(run.py keys --site-ids) and on Ray each host makes its sites'")
-            self.processes = SiteHosts(self.site_ids, self.channel.endpoint, *self._site_dirs, shuffler=endpoint,
-                                       sites_per_process=self.placement.sites_per_process, **self._site_args)
+            self.processes = SiteHosts(self.site_ids, self.service.with_shuffler(endpoint), self._log_dir,
+                                       sites_per_process=self.placement.sites_per_process)
             self.processes.start()
             self.placed = {"processes": len(self.processes.processes),
                            "sites_per_process": self.placement.sites_per_process, "why": self.placement.why}
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids())
-        self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffler is not None)
+        self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffled)
         return self.present
 
     def _start_shuffler(self) -> str:
+        self.shuffler = ShufflerProcess(self._shuffler_bind, self.channel.endpoint, self._logs,
+                                        key_dir=self._key_dir, site_ids=self.site_ids)
         endpoint = self.shuffler.start()
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
         return endpoint
 
-    def open_trial(self, trial: int, seed: int):
-        return self.coordinator.open_trial(trial, seed, self.present)
+    def open_trial(self, trial: int, world) -> dict[str, int]:
+        """The join phase: each present site's n_j (dropouts are logged)."""
+        if self.adversary is not None:  # what the scenario made: the attacks test releases against it
+            self.adversary.truth = world.site_scores
+        return self.coordinator.open_trial(trial, self.seed, self.present)[0]
+
+    def attack_rows(self) -> list[dict] | None:
+        """attacks.csv's rows (what every attacked site did, what each attack found), or None."""
+        return None if self.adversary is None else [record.row() for record in self.adversary.records]
 
     @property
     def devices(self) -> dict[str, str]:
@@ -162,34 +184,37 @@ class ProcessFederation:
 class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
-    def __init__(self, site_ids: list[str], workdir: Path, events: EventLog, budget: dict | None = None,
-                 policy: dict | None = None, max_n: int = 10**8) -> None:
-        trials = TrialCache(workdir, site_ids)  # the model loaded once per trial for all sites
-        self.sites = {site: SiteLocal(site, workdir, budget=budget, trials=trials, policy=policy) for site in site_ids}
-        self.seeded_noise = SitePolicy.from_spec(policy).seeded if policy else False
-        self.events = events
+    def __init__(self, run: RunSpec, rundir: RunDirectory) -> None:
+        self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
+        trials = TrialCache(rundir.work, run.site_ids)  # the model loaded once per trial for all sites
+        self.sites = {site: SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy)
+                      for site in run.site_ids}
+        self.seeded_noise = run.seeded_noise
         self.ledger = Ledger()
-        self.seed = 0
-        self.max_n = max_n  # the largest n_j a site may join with (runtime.max_n)
+        self.seed = run.seed
+        self.max_n = run.runtime.max_n  # the largest n_j a site may join with (runtime.max_n)
+        self.devices: dict[str, str] = {}
         self.transcripts: list | None = None  # (trial, label, transcript) of every session, when kept
 
     def start(self) -> list[str]:
         return list(self.sites)
 
-    def open_trial(self, trial: int, seed: int):
+    def open_trial(self, trial: int, world=None) -> dict[str, int]:
         """The join phase, by the rule the socket driver applies (protocol.engine.join_problem)."""
-        self.seed = seed
-        sizes, dropped = {}, {}
+        sizes = {}
         for site, local in self.sites.items():
-            n = local.open_trial(trial, seed)
+            n = local.open_trial(trial, self.seed)
             problem = join_problem(n, self.max_n)
             if problem:
-                dropped[site] = problem
                 self.events.write("dropout", site=site, session=join_session(trial), phase="join", reason=problem)
             else:
                 sizes[site] = n
         self.devices = {site: local.device for site, local in self.sites.items()}
-        return sizes, dropped
+        return sizes
+
+    def attack_rows(self) -> None:
+        """No attacks in-process (they need site processes)."""
+        return None
 
     def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
         session_id = method_session(trial, index)

@@ -25,6 +25,7 @@ from scipy.special import betainc
 
 from data.heterogeneity import blended_key, shift_response
 from models.scores import SCORES
+from stats.optimizer import plan_orders
 from stats.poissonbinomial import poisson_binomial_pmf
 
 EVALUATION_POINTS = 400
@@ -102,10 +103,11 @@ def _ecdf(sorted_sample: np.ndarray, points: np.ndarray) -> np.ndarray:
 class HeterogeneityReport:
     """Accumulates the per-trial figures into the run summary."""
 
-    def __init__(self, scenario: dict, plan_orders) -> None:
-        self.kind = scenario["sites"]["heterogeneity"]["kind"]
-        self.spec = scenario["sites"]["heterogeneity"]
-        self.plan_orders = plan_orders  # sizes -> per-site orders of the FedCP-QQ plan, or None
+    def __init__(self, heterogeneity: dict, alpha: float, planner: str = "auto", dropouts: int = 0) -> None:
+        """heterogeneity: the scenario's sites.heterogeneity; alpha, planner, dropouts: the FedCP-QQ
+        plan whose orders the bound is about (the scenario's first fedcp_qq entry, or the defaults)."""
+        self.kind, self.spec = heterogeneity["kind"], heterogeneity
+        self.alpha, self.planner, self.dropouts = alpha, planner, dropouts
         self.sites: dict[str, list[dict]] = {}
         self.spreads, self.tvs = [], []
         self.why_not: str | None = None  # why proposition 3.4's bound was not estimated
@@ -130,7 +132,8 @@ class HeterogeneityReport:
                                f"{world.task} data")
         if not all(sizes):
             raise NotEstimable("a site joined with no calibration points")
-        ells = self.plan_orders(tuple(sizes))
+        plan = plan_orders(tuple(sizes), self.alpha, self.planner, self.dropouts)
+        ells = None if plan is None or plan.infinite else list(plan.ells)
         if ells is None:
             raise NotEstimable(f"FedCP-QQ has no valid plan for these site sizes at alpha "
                                f"(n_j from {min(sizes)} to {max(sizes)})")

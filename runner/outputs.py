@@ -1,11 +1,12 @@
 """The run directory and what is written there.
 
     scenario.yaml   the scenario exactly as run (defaults filled in, overrides applied)
-    results.csv     one row per trial and method, appended and fsync'ed as each session ends
+    results.csv     one row per trial and method, appended and fsync'ed as each session ends: the
+                    columns every row has, and each result family's own (results.base)
     events.jsonl    joins, dropouts, rejected messages, sessions (coordinator.events)
     ledger.csv      every message at the coordinator's socket with its wire size (transport.ledger)
-    rounds.csv      federated learning only: one row per trial, method and round (accuracies,
-                    conformal set sizes, weight bytes, wire bytes), appended as each session ends
+    NAME.csv        a result family's own tables, appended as each session ends: rounds.csv of
+                    federated learning (results.learning: accuracies, weight and wire bytes per round)
     privacy.csv     what each site spent of its own privacy budget, per method and in total, read
                     from the sites' accounts (runner.privacy), written at the end
     attacks.csv     a scenario's attacks only (coordinator.adversary): per trial and attack, the sites
@@ -24,21 +25,42 @@ from pathlib import Path
 
 import yaml
 
+from results import Outcome, Truth, family_name, result_columns
+from transport.ledger import SessionWire
 from transport.security import private_directory
 
-RESULT_COLUMNS = ["trial", "method", "codec", "status", "coverage", "size", "threshold", "guarantee",
-                  "ell", "k", "sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local", "quantile_error",
-                  "clipped", "p_value", "statistic", "estimates", "estimate_errors", "accuracy", "accuracy_sd",
-                  "global_accuracy", "proxy_accuracy", "set_coverage", "seconds", "reason", "details"]
 ATTACK_COLUMNS = ["trial", "method", "attack", "asked", "answered", "refused", "reasons", "finding"]
-ROUND_COLUMNS = ["trial", "method", "round", "sampled", "answered", "accuracy_mean", "accuracy_sd", "accuracy_min",
-                 "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",
-                 "private_set_size", "eta", "weights_bytes_down", "weights_bytes_up", "private_weights_bytes",
-                 "wire_bytes_down", "wire_bytes_up", "dropped"]
+
+
+def session_rows(trial: int, label: str, method, outcome: Outcome, world, ledger_rows: list[dict], *, sites: int,
+                 seconds: float, noise: str) -> tuple[dict, dict[str, list[dict]]]:
+    """One session's row of results.csv and its rows of its family's own tables, whatever the
+    family: the columns every row has, then what the result itself writes (results.base), judged
+    against the trial's `world` and the session's bytes in `ledger_rows`. A result of another
+    family than its method declares (`Method.result`) is recorded as aborted, with the reason."""
+    truth = Truth(world, method, SessionWire(ledger_rows, trial, label))
+    family = method.result
+    if outcome.status != "aborted" and not isinstance(outcome, family):
+        outcome = Outcome.aborted(f"{method.name} returned a {type(outcome).__name__} result but declares "
+                                  f"result = {family.__name__}", **outcome.details)
+    privacy = method.privacy
+    row = {"trial": trial, "method": label, "result": family_name(family), "codec": method.codec, "sites": sites,
+           "epsilon": privacy["epsilon"], "privacy": privacy["model"], "noise": noise, "seconds": round(seconds, 6),
+           **outcome.common_columns(), **outcome.columns(truth)}
+    notes = outcome.caveats(truth)
+    if notes:
+        row["reason"] = "; ".join(r for r in (row["reason"], *notes) if r)
+    side = {name: [{"trial": trial, "method": label, **r} for r in rows]
+            for name, rows in outcome.side_rows(truth).items()}
+    return row, side
+
+
+class ResumeError(ValueError):
+    """A run directory that cannot be resumed (no scenario, or a different one)."""
 
 
 class RunDirectory:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, families=()) -> None:
         self.path = Path(path)
         private_directory(self.path)  # shards, models, accounts, keys and logs: not for other users
         self.logs = self.path / "logs"
@@ -48,9 +70,29 @@ class RunDirectory:
         self.events = self.path / "events.jsonl"
         self.ledger = self.path / "ledger.csv"
         self.summary = self.path / "summary.json"
-        self.rounds = self.path / "rounds.csv"
+        self.rounds = self.path / "rounds.csv"  # results.learning's table: run.rounds in the API
         self.privacy = self.path / "privacy.csv"
         self.attacks = self.path / "attacks.csv"
+        #: the result families of the run's methods: results.csv's columns and the side tables
+        self.families = list(dict.fromkeys(families))
+        self.side_tables = {name: columns for family in self.families for name, columns in family.SIDE_TABLES.items()}
+
+    def begin(self, scenario: dict, resume: bool) -> tuple[set[tuple[int, str]], set[int]]:
+        """Start a run here: write scenario.yaml; or, resuming, check that it is the scenario
+        this directory was started with and repair the files a kill may have torn. Returns the
+        (trial, method label) pairs already done and the coordinator-kill faults already fired."""
+        if not resume:
+            self.write_scenario(scenario)
+            return set(), set()
+        saved = self.read_scenario()
+        if saved is None:
+            raise ResumeError(f"{self.path} holds no scenario.yaml: nothing to resume")
+        if saved != scenario:
+            changed = sorted(k for k in set(saved) | set(scenario) if saved.get(k) != scenario.get(k))
+            raise ResumeError(f"the scenario differs from the one {self.path} was started with "
+                              f"(fields {', '.join(changed)}); resume with the same file and --set")
+        self.repair()
+        return {(int(r["trial"]), r["method"]) for r in self.read_results()}, self.fired_faults()
 
     def write_scenario(self, scenario: dict) -> None:
         (self.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -62,18 +104,20 @@ class RunDirectory:
     def repair(self) -> None:
         """After a kill: drop a torn last line from the append-only files, keeping every
         complete record (each was flushed before the next began)."""
-        for path in (self.results, self.events, self.ledger, self.rounds):
+        sides = [self.path / f"{name}.csv" for name in self.side_tables]
+        for path in (self.results, self.events, self.ledger, *sides):
             if not path.exists():
                 continue
             data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 path.write_bytes(data[: data.rfind(b"\n") + 1])
-        if self.rounds.exists():  # rounds of a session killed before its result row: it runs again
-            done = {(r["trial"], r["method"]) for r in self.read_results()}
-            kept = [r for r in self.read_rounds() if (r["trial"], r["method"]) in done]
-            self.rounds.unlink()
-            if kept:
-                self.append_rounds(kept)
+        done = {(r["trial"], r["method"]) for r in self.read_results()}
+        for name in self.side_tables:  # rows of a session killed before its result row: it runs again
+            path = self.path / f"{name}.csv"
+            if path.exists():
+                kept = [r for r in self.read_side(name) if (r["trial"], r["method"]) in done]
+                path.unlink()
+                self.append_side(name, kept)
 
     def fired_faults(self) -> set[int]:
         """Indices of coordinator-kill faults already carried out (they must not fire again)."""
@@ -88,39 +132,36 @@ class RunDirectory:
                     fired.add(event["rule"])
         return fired
 
-    def append_result(self, row: dict) -> None:
-        """Append one row and force it to disk before returning."""
-        new = not self.results.exists()
-        with open(self.results, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow({key: csv_cell(row.get(key)) for key in RESULT_COLUMNS})
-            handle.flush()
-            os.fsync(handle.fileno())
+    def append_session(self, row: dict, side: dict[str, list[dict]]) -> None:
+        """One session's rows: its family's own tables first, then its results.csv row, each
+        forced to disk before returning (a row in results.csv means the session is done)."""
+        for name, rows in side.items():
+            self.append_side(name, rows)
+        _append(self.results, self._result_columns(), [row])
 
-    def append_rounds(self, rows: list[dict]) -> None:
-        """Append a learning session's per-round rows, forced to disk like results.csv."""
-        new = not self.rounds.exists()
-        with open(self.rounds, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=ROUND_COLUMNS, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerows({key: csv_cell(row.get(key)) for key in ROUND_COLUMNS} for row in rows)
-            handle.flush()
-            os.fsync(handle.fileno())
+    def _result_columns(self) -> list[str]:
+        """results.csv's header: the file's own when it exists (a resumed run), else the one of
+        the run's result families."""
+        if self.results.exists():
+            with open(self.results, newline="") as handle:
+                header = next(csv.reader(handle), None)
+            if header:
+                return header
+        return result_columns(self.families)
+
+    def append_side(self, name: str, rows: list[dict]) -> None:
+        """Append rows to a result family's own table NAME.csv."""
+        if rows:
+            _append(self.path / f"{name}.csv", list(self.side_tables[name]), rows)
+
+    def read_side(self, name: str) -> list[dict]:
+        return _read(self.path / f"{name}.csv")
 
     def read_rounds(self) -> list[dict]:
-        if not self.rounds.exists():
-            return []
-        with open(self.rounds, newline="") as handle:
-            return list(csv.DictReader(handle))
+        return _read(self.rounds)
 
     def read_results(self) -> list[dict]:
-        if not self.results.exists():
-            return []
-        with open(self.results, newline="") as handle:
-            return list(csv.DictReader(handle))
+        return _read(self.results)
 
     def write_attacks(self, rows: list[dict]) -> None:
         with open(self.attacks, "w", newline="") as handle:
@@ -132,6 +173,25 @@ class RunDirectory:
         tmp = self.summary.with_suffix(".tmp")
         tmp.write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         os.replace(tmp, self.summary)
+
+
+def _append(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """Append rows to a CSV file (its header first when new) and force them to disk."""
+    new = not path.exists()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerows({key: csv_cell(row.get(key)) for key in columns} for row in rows)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _read(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def csv_cell(value):

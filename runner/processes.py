@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.wire import SHUFFLER_ID
+from sites.service import SiteService
 
 HOUSE_PREFIX = __name__.removesuffix("runner.processes")  # "" in a checkout, "quorum." in an install
 PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "quantile_forest",
@@ -85,25 +86,21 @@ def caller_not_reimported():
             main.__dict__.update(saved)
 
 
-def host_main(name: str, site_ids: list[str], endpoint: str, workdir: str, log_path: str, watch_parent: bool,
-              key_dir: str | None, fault_rules: list, seed: int, scenario: dict | None,
-              idle_timeout: float | None, shuffler: str | None = None, budget: dict | None = None,
-              plugins: dict | None = None, policy: dict | None = None) -> None:
+def host_main(name: str, site_ids: list[str], service: SiteService, log_path: str, watch_parent: bool) -> None:
     import setproctitle
 
     setproctitle.setproctitle(host_title(name, site_ids))
     _log_to(log_path)
     from transport.security import load_client_keys
 
+    key_dir = service.key_dir
     keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
     shuffler_keys = ({site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids}
-                     if key_dir and shuffler else None)
+                     if key_dir and service.shuffler else None)
     # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
     # an unreaped zombie (a pid check would still find it "alive").
     parent = multiprocessing.parent_process() if watch_parent else None
-    sys.exit(run_host(name, site_ids, endpoint, workdir, keys=keys, shuffler_keys=shuffler_keys,
-                      fault_rules=fault_rules, seed=seed, scenario=scenario, idle_timeout=idle_timeout,
-                      shuffler=shuffler, budget=budget, plugins=plugins, policy=policy,
+    sys.exit(run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys,
                       parent_alive=parent.is_alive if parent else None))
 
 
@@ -111,43 +108,36 @@ def host_title(name: str, site_ids: list[str]) -> str:
     return f"quorum-site {site_ids[0]}" if len(site_ids) == 1 else f"quorum-host {name} {site_ids[0]}..{site_ids[-1]}"
 
 
-def run_host(name: str, site_ids: list[str], endpoint: str, workdir: str, *, keys: dict | None,
-             shuffler_keys: dict | None, fault_rules: list, seed: int, scenario: dict | None,
-             idle_timeout: float | None, shuffler: str | None, budget: dict | None, plugins: dict | None = None,
-             parent_alive=None, policy: dict | None = None) -> int:
-    """Serve `site_ids` from this process until they finish (sites.host.serve's exit code). keys:
-    site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise for the shuffler;
-    plugins: the classes the scenario names by import path (scenarios.scenario.plugin_paths),
-    loaded here first so that the sites know them by name."""
+def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict | None,
+             shuffler_keys: dict | None, parent_alive=None) -> int:
+    """Serve `site_ids` from this process as `service` says until they finish (sites.host.serve's
+    exit code). keys: site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise
+    for the shuffler. The service's plugins are loaded first, so that the sites know them by name."""
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     os.umask(0o077)  # a site's shards, model copies, account and log: its own user's only
     from sites.agent import SiteAgent
     from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
     from sites.trials import TrialCache
+    from scenarios.scenario import load_plugins
     from transport.faults import FaultInjector
 
     title = host_title(name, site_ids)
-    from scenarios.scenario import load_plugins, plugin_paths
-
-    load_plugins(plugin_paths(scenario) if scenario is not None else plugins or {})
-    raise_open_files(descriptors_needed(len(site_ids) * (2 if shuffler else 1)), title)
-    if budget is None and scenario is not None:
-        budget = scenario["sites"]["budget"]
-    if policy is None and scenario is not None:
-        policy = scenario["sites"]["policy"]
-    context = host_context(len(site_ids), shuffler is not None)
-    trials = TrialCache(workdir, site_ids, scenario=scenario)
+    load_plugins(service.plugins)
+    raise_open_files(descriptors_needed(len(site_ids) * (2 if service.shuffler else 1)), title)
+    context = host_context(len(site_ids), service.shuffler is not None)
+    trials = TrialCache(service.workdir, site_ids, world=service.world)
     agents: list = []
     on_crash = crash_policy(agents)
     for site_id in site_ids:
         agents.append(SiteAgent(
-            site_id, endpoint, workdir, trials, context=context, keys=keys[site_id] if keys else None,
-            faults=FaultInjector(fault_rules, site_id, seed) if fault_rules else None,
-            shuffler=shuffler, budget=budget, policy=policy, on_crash=on_crash,
+            site_id, service.coordinator, service.workdir, trials, context=context,
+            keys=keys[site_id] if keys else None,
+            faults=FaultInjector(list(service.fault_rules), site_id, service.seed) if service.fault_rules else None,
+            shuffler=service.shuffler, budget=service.budget, policy=service.policy, on_crash=on_crash,
             shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
-    code = serve(agents, parent_alive=parent_alive, idle_timeout=idle_timeout)
+    code = serve(agents, parent_alive=parent_alive, idle_timeout=service.idle_timeout)
     context.term()
     return code
 
@@ -212,19 +202,12 @@ class ShufflerProcess:
 
 
 class SiteHosts:
-    """The processes serving `site_ids`, `sites_per_process` sites each. key_dir enables CURVE;
-    fault_rules are the scenario's resolved rules (each site applies those that concern it);
-    scenario lets hosts build their own data (hosts started away from the harness); budget:
-    each site's privacy budget (the scenario's sites.budget); policy: what each site serves (its
-    sites.policy, protocol.policy); plugins: the classes the scenario
-    names by import path (scenarios.scenario.plugin_paths); watch_parent: exit when the
+    """The processes serving `site_ids` as `service` says (sites.service.SiteService),
+    `sites_per_process` sites each, logging to LOG_DIR/NAME.log; watch_parent: exit when the
     launcher dies."""
 
-    def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *,
-                 sites_per_process: int = 1, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
-                 scenario: dict | None = None, watch_parent: bool = True, idle_timeout: float | None = None,
-                 shuffler: str | None = None, budget: dict | None = None, plugins: dict | None = None,
-                 policy: dict | None = None) -> None:
+    def __init__(self, site_ids: list[str], service: SiteService, log_dir: Path, *, sites_per_process: int = 1,
+                 watch_parent: bool = True) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         k = max(1, sites_per_process)
@@ -236,9 +219,7 @@ class SiteHosts:
             self.sites[name] = group
             self.processes[name] = context.Process(
                 target=host_main, name=name, daemon=watch_parent,
-                args=(name, group, endpoint, str(workdir), str(log_dir / f"{name}.log"), watch_parent,
-                      str(key_dir) if key_dir else None, list(fault_rules), seed, scenario, idle_timeout,
-                      shuffler, budget, plugins, policy))
+                args=(name, group, service, str(Path(log_dir) / f"{name}.log"), watch_parent))
 
     def start(self) -> None:
         with caller_not_reimported():

@@ -4,8 +4,8 @@ The harness stays the coordinator, here; only the site hosts move. Each host is 
 (`SiteHostActor`, one Ray worker process, placed with Ray's SPREAD strategy and the scenario's
 `resources`, so hosts asking for GPUs land on nodes that have them). It runs the same host as a
 local process does (runner.processes.run_host): one DEALER per site to the coordinator's
-address over ZeroMQ, CurveZMQ on. What crosses Ray is the start-up only: the scenario (each
-host rebuilds its sites' data from it, as `run.py site --scenario` does), its sites' ids, the
+address over ZeroMQ, CurveZMQ on. What crosses Ray is the start-up only: the site service (its
+world spec: each host rebuilds its sites' data, as `run.py site --scenario` does), its sites' ids, the
 coordinator's and shuffler's public keys, and back the public halves of the key pairs each host
 makes for its own sites (issue 35: a secret key never leaves the host that made it, and the
 coordinator holds public keys only), in chunks small enough to stay inline in Ray's task
@@ -127,44 +127,43 @@ def _actor_class():
                 publics[site] = public
             return publics
 
-        def serve(self, name: str, site_ids: list[str], endpoint: str, log_dir: str, workdir: str, options: dict) -> int:
+        def serve(self, name: str, site_ids: list[str], service, log_dir: str) -> int:
             import setproctitle
 
             from runner.processes import host_title, run_host
 
             setproctitle.setproctitle(host_title(name, site_ids))
             if Path(log_dir).is_dir():  # this node sees the run's directory (one machine, a shared file system)
-                Path(workdir).mkdir(parents=True, exist_ok=True)
+                Path(service.workdir).mkdir(parents=True, exist_ok=True)
             else:  # it does not: a directory of its own on its node
-                workdir = log_dir = tempfile.mkdtemp(prefix=f"quorum-{name}-")
+                log_dir = tempfile.mkdtemp(prefix=f"quorum-{name}-")
+                service = service.in_workdir(log_dir)
             handler = logging.FileHandler(Path(log_dir) / f"{name}.log")
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logging.getLogger().addHandler(handler)
             logging.getLogger().setLevel(logging.INFO)
             keys, shuffler_keys = self.keys or None, self.shuffler_keys or None
             self.keys, self.shuffler_keys = {}, {}
-            return run_host(name, site_ids, endpoint, workdir, keys=keys, shuffler_keys=shuffler_keys, **options)
+            return run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys)
 
     return SiteHostActor
 
 
 class RayHosts:
-    """Site hosts on a Ray cluster, with the interface of runner.processes.SiteHosts. `launcher`
-    is the scenario's runtime.launcher; `on_lost(sites, reason)` is called from the watcher
-    thread when a host is lost; `events` receives `host_lost`."""
+    """Site hosts on a Ray cluster, with the interface of runner.processes.SiteHosts: each serves
+    its sites as `service` says (its world spec: each host builds its sites' data; its key
+    directory: the coordinator's and shuffler's public keys). `launcher` is the scenario's
+    runtime.launcher; `on_lost(sites, reason)` is called from the watcher thread when a host is
+    lost; `events` receives `host_lost`."""
 
-    def __init__(self, site_ids: list[str], endpoint: str, workdir: Path, log_dir: Path, *, launcher: dict,
-                 events, on_lost, key_dir: Path | None = None, fault_rules=(), seed: int = 0,
-                 scenario: dict | None = None, shuffler: str | None = None, budget: dict | None = None,
-                 plugins: dict | None = None, start_timeout: float = 120.0, idle_timeout: float | None = None,
-                 policy: dict | None = None) -> None:
+    def __init__(self, site_ids: list[str], service, log_dir: Path, *, launcher: dict, events, on_lost,
+                 shuffled: bool = False, start_timeout: float = 120.0) -> None:
         import ray
 
-        self.ray, self.site_ids, self.endpoint = ray, site_ids, endpoint
-        self.workdir, self.log_dir, self.launcher, self.events, self.on_lost = workdir, log_dir, launcher, events, on_lost
-        self.key_dir, self.shuffler, self.start_timeout = key_dir, shuffler, start_timeout
-        self.options = dict(fault_rules=list(fault_rules), seed=seed, scenario=scenario, idle_timeout=idle_timeout,
-                            shuffler=shuffler, budget=budget, plugins=plugins, policy=policy)
+        self.ray, self.site_ids, self.service, self.log_dir = ray, site_ids, service, log_dir
+        self.launcher, self.events, self.on_lost = launcher, events, on_lost
+        self.key_dir = Path(service.key_dir) if service.key_dir else None
+        self.shuffled, self.start_timeout = shuffled, start_timeout
         nodes = [n for n in ray.nodes() if n["Alive"]]
         k = math.ceil(len(site_ids) / host_count(len(site_ids), launcher["hosts"], len(nodes)))
         groups = [site_ids[i:i + k] for i in range(0, len(site_ids), k)]
@@ -213,16 +212,14 @@ class RayHosts:
             from transport.security import COORDINATOR_KEY, load_public_key
 
             servers = (load_public_key(self.key_dir, COORDINATOR_KEY),
-                       load_public_key(self.key_dir, SHUFFLER_ID) if self.shuffler else None)
+                       load_public_key(self.key_dir, SHUFFLER_ID) if self.shuffled else None)
             calls = [self.actors[name].make_keys.remote(group[start:start + KEYS_PER_CALL], *servers)
                      for name, group in self.sites.items() for start in range(0, len(group), KEYS_PER_CALL)]
             for made in ray.get(calls, timeout=self.start_timeout):
                 publics.update(made)
-        if before_serve is not None:
-            self.options["shuffler"] = before_serve(publics)
+        service = self.service.with_shuffler(before_serve(publics)) if before_serve is not None else self.service
         for name, group in self.sites.items():
-            ref = self.actors[name].serve.remote(name, group, self.endpoint, str(self.log_dir), str(self.workdir),
-                                                 self.options)
+            ref = self.actors[name].serve.remote(name, group, service, str(self.log_dir))
             self._serving[ref] = name
         self._watcher.start()
 

@@ -23,16 +23,17 @@ from pathlib import Path
 import yaml
 
 from runner.outputs import RunDirectory, csv_cell
-from runner.plots import sweep_boxplots, sweep_plots, sweep_pvalues
+from runner.plots import sweep_plots
 from runner.study import run_study
 from scenarios.scenario import override_scenario, validate_scenario
 from specs.schema import ScenarioError
 
-SWEEP_COLUMNS = ["method", "codec", "privacy", "epsilon", "trials", "ok", "coverage_mean", "coverage_std",
-                 "size_mean", "size_median", "guarantee_mean", "quantile_error_mean", "epsilon_obtained_max",
-                 "p_value_median", "p_value_q25", "reject_rate", "reject_rate_se", "bytes_up_per_site", "bytes_down_per_site",
-                 "bytes_per_trial", "messages_per_trial", "rounds_per_trial", "info_bits_per_trial",
-                 "overhead_up", "run"]
+#: sweep.csv's columns after the swept values: every method's, then its result family's aggregates
+#: (the numbers of its summary.json entry), then the cost and the run directory
+SWEEP_HEAD = ["method", "result", "codec", "privacy", "epsilon", "trials", "ok", "infinite", "aborted",
+              "epsilon_obtained_max"]
+SWEEP_TAIL = ["bytes_up_per_site", "bytes_down_per_site", "bytes_per_trial", "messages_per_trial",
+              "rounds_per_trial", "info_bits_per_trial", "overhead_up", "run"]
 
 
 def parse_grid(items: list[str]) -> list[tuple[str, list]]:
@@ -87,14 +88,9 @@ def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backen
         for method, stats in summary["methods"].items():
             cost = summary["communication"].get(method, {})
             row = dict(zip(keys, labels))
+            row.update({"method": method, **{key: value for key, value in stats.items()
+                                             if isinstance(value, (int, float, str)) or value is None}})
             row.update({
-                "method": method, "codec": stats["codec"], "privacy": stats["privacy"], "epsilon": stats["epsilon"],
-                "trials": stats["trials"], "ok": stats["ok"], "coverage_mean": stats["coverage_mean"],
-                "coverage_std": stats["coverage_std"], "size_mean": stats["size_mean"],
-                "size_median": stats["size_median"], "guarantee_mean": stats["guarantee_mean"],
-                "quantile_error_mean": stats.get("quantile_error_mean"),
-                "epsilon_obtained_max": stats.get("epsilon_obtained_max"),
-                **{key: stats.get(key) for key in ("p_value_median", "p_value_q25", "reject_rate", "reject_rate_se")},
                 "bytes_up_per_site": cost.get("bytes_up_per_site_mean"),
                 "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
                 "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),
@@ -103,17 +99,17 @@ def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backen
             })
             rows.append(row)
         _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost
-    sweep_plots(rows, keys, out)
     results = {run: RunDirectory(Path(run)).read_results() for run in {r["run"] for r in rows}}
-    sweep_boxplots(results, rows, keys, alpha=specs[0][1]["alpha"], out=out)
-    sweep_pvalues(results, rows, keys, out)
+    sweep_plots(rows, results, keys, specs[0][1]["alpha"], out)
     return rows
 
 
 def _write(path: Path, keys: list[str], rows: list[dict]) -> None:
+    own = [key for row in rows for key in row if key not in (*keys, *SWEEP_HEAD, *SWEEP_TAIL)]
+    columns = keys + SWEEP_HEAD + list(dict.fromkeys(own)) + SWEEP_TAIL
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=keys + SWEEP_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({key: csv_cell(row.get(key)) for key in keys + SWEEP_COLUMNS} for row in rows)
+        writer.writerows({key: csv_cell(row.get(key)) for key in columns} for row in rows)
     tmp.replace(path)

@@ -339,9 +339,8 @@ def _fault_reach(fault: dict, index: int, s: dict, labels: list[str]):
     if fault["phase"] is None:
         return
     named = [spec for spec in s["methods"] if fault["method"] in (None, spec["label"])]
-    phases = list(RUN_PHASES) + [p for spec in named for p in METHODS[spec["name"]].phases]
-    if fault["phase"] not in phases:
-        shown = list(dict.fromkeys(phases))
-        listed = ", ".join(shown[:12]) + (f", ... ({len(shown)} in all)" if len(shown) > 12 else "")
+    tables = [METHODS[spec["name"]].phase_table() for spec in named]
+    if fault["phase"] not in RUN_PHASES and not any(fault["phase"] in table for table in tables):
+        listed = ", ".join(dict.fromkeys([*RUN_PHASES, *(table.describe() for table in tables)]))
         yield ScenarioError(f"faults[{index}].phase", f"a phase of the run or of "
                             f"{fault['method'] or 'its methods'}: {listed}", fault["phase"])

@@ -44,32 +44,32 @@ class SiteLocal:
         self.site_id, self.workdir, self.trials = site_id, workdir, trials
         self.trial: int | None = None
         self.seed = 0
-        self.scores = np.empty(0)
+        self.rows = np.empty(0)  # what the site's methods work on: scores, (value, group) rows or examples
         self.fingerprint = ""
         self.device = "cpu"
         self._halves: dict[int, tuple[str, object]] = {}  # session -> (its method, the half)
         self._owners: dict[int, str] = {}  # session -> the method it belongs to (kept after close)
-        self.policy = SitePolicy.from_spec(policy)
         try:
             records, self.broken = read_account(workdir, site_id, repair=True), None
         except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
             records, self.broken = [], str(exc)
+        self.policy = SitePolicy.from_spec(policy)
         self.account = SiteAccount(Budget.from_spec(budget), records)
         self._saved = len(self.account.records)  # records already on the site's storage
 
     def open_trial(self, trial: int, seed: int) -> int:
-        """Score this site's calibration data for `trial`; return n_j."""
-        scores, self.device = self.trials.scores(trial, self.site_id)
-        return self.hold(trial, seed, scores)
+        """Score this site's calibration data for `trial` with the trial's model; return n_j."""
+        rows, self.device = self.trials.site_rows(trial, self.site_id)
+        return self.hold(trial, seed, rows)
 
-    def hold(self, trial: int, seed: int, scores: np.ndarray) -> int:
-        """Serve `trial` with these scores (what open_trial computed); return n_j."""
+    def hold(self, trial: int, seed: int, rows: np.ndarray) -> int:
+        """Serve `trial` with these rows (what open_trial computed); return n_j."""
         if trial != self.trial:
             self._owners = {}
         self.trial, self.seed, self._halves = trial, seed, {}
-        self.scores = np.asarray(scores, dtype=float)
-        self.fingerprint = data_fingerprint(self.scores)
-        return int(len(self.scores))
+        self.rows = np.asarray(rows, dtype=float)
+        self.fingerprint = data_fingerprint(self.rows)
+        return int(len(self.rows))
 
     def answer(self, session: int, method_name: str, phase: str, body: dict):
         """The encoded response body for one request (RequestError if it cannot be served)."""
@@ -85,8 +85,9 @@ class SiteLocal:
             raise RequestError(str(exc)) from None
         if method is None:
             raise RequestError(f"unknown method {method_name!r}")
-        if phase not in method.phases:
-            raise RequestError(f"{method_name} has no phase {phase!r}")
+        named, phase = phase, method.phase_table().parse(phase)
+        if phase is None:
+            raise RequestError(f"{method_name} has no phase {named!r}")
         try:
             encoder, body = method.codec_class().for_site(body)
         except PayloadError as exc:
@@ -113,7 +114,7 @@ class SiteLocal:
         if bound is None:
             rng = (PrivacyNoise() if method.site_noise and not self.policy.seeded
                    else site_rng(self.seed, self.trial, session, self.site_id))
-            bound = self._halves[session] = (method_name, method.site_for(self.scores, rng, self.site_id, session))
+            bound = self._halves[session] = (method_name, method.site(self.rows, rng, self.site_id))
         half = bound[1]
         unseen = half.unseen_claim(phase, body)
         if unseen is not None and self.policy.unseen_claims == "refuse":

@@ -7,8 +7,8 @@ process, the rows come from one memory-mapped file pair (sites.storage.read_rows
 site still scores only its own rows, with the model, in its own call.
 
 A host started away from the harness (`run.py site --scenario S`) has no shard files: it
-builds the trial's world from the scenario once (the world is a deterministic function of the
-scenario and the trial, world.trial) and keeps only its own sites' rows and the model.
+builds the trial's world from its world spec once (the world is a deterministic function of the
+spec and the trial, world.trial) and keeps only its own sites' rows and the model.
 
 The model is dropped when every site this process serves has scored (or at the next trial),
 and while it is held the process holds one of the machine's model-loading slots
@@ -20,23 +20,28 @@ from __future__ import annotations
 
 import gc
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sites.storage import model_slot, read_model, read_rows, rows_path
 
+if TYPE_CHECKING:  # a site process imports the world (data, models) only when it builds one
+    from world.trial import WorldSpec
+
 
 class TrialCache:
-    def __init__(self, workdir, site_ids, scenario: dict | None = None) -> None:
-        self.workdir, self.site_ids, self.scenario = workdir, set(site_ids), scenario
+    def __init__(self, workdir, site_ids, world: WorldSpec | None = None) -> None:
+        self.workdir, self.site_ids, self.world = workdir, set(site_ids), world
         self.trial: int | None = None
         self._model = None
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._waiting: set[str] = set()  # sites that have not scored the open trial yet
         self._slot: ExitStack | None = None
 
-    def scores(self, trial: int, site_id: str) -> tuple[np.ndarray, str]:
-        """Site `site_id`'s conformity scores for `trial`, and the device that computed them."""
+    def site_rows(self, trial: int, site_id: str) -> tuple[np.ndarray, str]:
+        """What site `site_id`'s methods work on in `trial` (the model's `scores` of its calibration
+        rows: conformity scores, (value, group) rows or examples), and the device that computed them."""
         if trial != self.trial or self._model is None:
             self._load(trial)
         if site_id not in self._rows:
@@ -70,10 +75,10 @@ class TrialCache:
     def _load(self, trial: int) -> None:
         self.release()
         self.trial, self._rows = None, {}
-        if self.scenario is not None and not rows_path(self.workdir, trial).exists():
+        if self.world is not None and not rows_path(self.workdir, trial).exists():
             from world.trial import build_trial
 
-            world = build_trial(self.scenario, trial)
+            world = build_trial(self.world, trial)
             model = world.model
             self._rows = {site: world.shards[site] for site in self.site_ids if site in world.shards}
             del world

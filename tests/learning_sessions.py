@@ -35,7 +35,7 @@ def learning_method(name, **params):
 
 
 def run_learning(method, sites, capture=None, session=1):
-    halves = {s: type(method).site_for(rows, np.random.default_rng([session, j]), s, session)
+    halves = {s: type(method).site(rows, np.random.default_rng([session, j]), s)
               for j, (s, rows) in enumerate(sites.items())}
 
     def ask(site, phase, body):

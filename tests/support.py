@@ -13,7 +13,8 @@ import numpy as np
 import zmq
 
 from runner.processes import SiteHosts
-from world.trial import build_trial
+from sites.service import SiteService
+from world.trial import WorldSpec, build_trial
 from quorum import load_scenario
 from sites.storage import write_trial
 from transport.channel import RouterChannel, DealerChannel
@@ -24,7 +25,7 @@ TINY = Path(__file__).parent / "scenarios" / "tiny.yaml"
 def trial_zero(workdir: Path):
     """The tiny scenario and its trial 0, with every site's shard and the model on disk."""
     scenario = load_scenario(TINY).to_dict()
-    world = build_trial(scenario, 0)
+    world = build_trial(WorldSpec.of(scenario), 0)
     write_trial(workdir, 0, world.model, world.shards)
     return scenario, world
 
@@ -36,8 +37,9 @@ def one_live_site(workdir: Path, host_mates: int = 0):
     scenario, world = trial_zero(workdir)
     channel = RouterChannel("tcp://127.0.0.1:*")
     sites = [f"site-{i:03d}" for i in range(1 + host_mates)]
-    processes = SiteHosts(sites, channel.endpoint, workdir, workdir, sites_per_process=len(sites),
-                          policy={"non_private": "allow"})  # the tests' site operator allows raw answers
+    # the tests' site operator allows raw answers
+    processes = SiteHosts(sites, SiteService(channel.endpoint, str(workdir), policy={"non_private": "allow"}), workdir,
+                          sites_per_process=len(sites))
     processes.start()
     return scenario, world, channel, processes
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.accounting import Budget, SiteAccount, Spend
+from protocol.accounting import Budget, SiteAccount
 from protocol.codecs import CODECS
 from protocol.methods import RequestError
 from sites.local import SiteLocal
-from sites.storage import AccountCorrupt, account_path, append_account, read_account
+from sites.storage import AccountCorrupt, account_path, read_account
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = """

@@ -135,7 +135,7 @@ def test_a_short_shuffled_batch_is_withheld_in_process_as_by_the_shuffler():
     session = Session(method, {s: 30 for s in sites}, np.random.default_rng(1))
     first = Session(method, {s: 30 for s in sites}, np.random.default_rng(1)).start()
     assert first.minimum >= 10 and first.route == "shuffler"
-    halves = {s: type(method).site_for(v, np.random.default_rng(2), s, 1) for s, v in sites.items()}
+    halves = {s: type(method).site(v, np.random.default_rng(2), s) for s, v in sites.items()}
 
     def ask(site, phase, body):  # three sites refuse: seven sealed answers, fewer than planned
         if site in ("site-0", "site-1", "site-2"):
@@ -166,18 +166,41 @@ def test_a_site_joining_with_no_points_is_a_dropout_in_process_too(tmp_path):
     assert (run.results.status == "aborted").all()
 
 
-def test_no_method_imports_another_methods_private_names():
-    """Shared parts (bins, the secure-sum spec, a decided half) live in one place each (issue 38)."""
+def test_methods_are_built_from_shared_parts_not_from_each_other():
+    """Issue 38, point 4: a module of methods imports from another module of methods nothing but
+    what its own family's base offers (a method whose name begins its own: fedcp2_qq for
+    fedcp2_qq_shuffle, fedtype for fedtype_personal), never a private name; no method class has a
+    method of another family or a sibling variant among its ancestors. Shared parts (bins, the
+    local-DP bin, secure sums, K-anonymous tables, learning rounds, base's site halves) are
+    modules that define no method."""
     import ast
+    import importlib
     from pathlib import Path
 
+    defined: dict[str, list[str]] = {}  # method module -> the method names it defines
+    for name in METHODS._builtins:
+        module = METHODS._builtins[name].split(":")[0].rsplit(".", 1)[1]
+        defined.setdefault(module, []).append(name)
     root = Path(__file__).resolve().parent.parent / "protocol" / "methods"
     found = []
     for path in root.glob("*.py"):
+        own = defined.get(path.stem, [])
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("protocol.methods."):
-                found += [f"{path.name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("protocol.methods.")):
+                continue
+            other = node.module.rsplit(".", 1)[1]
+            found += [f"{path.name} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if other in defined and other != path.stem and not any(
+                    mine.startswith(base) for mine in own for base in defined[other]):
+                found.append(f"{path.name} imports {node.module} (methods {defined[other]}), not its family's base")
+    classes = {METHODS[name]: name for name in METHODS._builtins}
+    for cls, name in classes.items():
+        for ancestor in cls.__mro__[1:]:
+            if ancestor in classes and not name.startswith(classes[ancestor]):
+                found.append(f"{name} descends from {classes[ancestor]}, a method of another family")
     assert not found, found
+    assert importlib.import_module("protocol.methods.fedcp2_qq_secagg").FedCP2QQSecAgg.__bases__[0].__name__ == \
+        "AmplifiedBins"
 
 
 def test_no_sans_io_half_reads_the_environment_or_sets_threads():

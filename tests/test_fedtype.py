@@ -8,6 +8,8 @@ import math
 import msgpack
 import numpy as np
 import pytest
+
+from protocol.phases import Phase
 import torch
 
 from learning.nets import build_net, get_weights, parameter_count
@@ -161,16 +163,16 @@ def test_weighted_average_is_fedavg_and_sampling_takes_the_fraction():
 def test_learning_sessions_learn_and_keep_one_record_per_round(name):
     outcome, halves = run_learning(learning_method(name), blob_sites())
     assert outcome.status == "ok", outcome.reason
-    rounds = outcome.details["round_records"]
+    rounds = outcome.rounds
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and all(r["answered"] == 3 for r in rounds)
-    assert outcome.details["accuracy"] > 0.6  # 4 separated classes; chance is 0.25
+    assert outcome.accuracy > 0.6  # 4 separated classes; chance is 0.25
     if name in ("local_only", "fedavg", "fedtype"):
         assert rounds[-1]["accuracy_mean"] >= rounds[0]["accuracy_mean"] - 0.05
     else:  # paper 002's baselines and FedType-P (tests/test_fedtype_baselines.py) share a global model
-        assert outcome.details["global_accuracy"] > 0.5
+        assert outcome.global_accuracy > 0.5
     if name == "fedtype":
         assert all(1 <= r["set_size"] <= 4 and 0 <= r["eta"] <= 1 for r in rounds)
-        assert 0.5 < outcome.details["set_coverage"] <= 1
+        assert 0.5 < outcome.set_coverage <= 1
     if name == "fedtype_personal":
         assert all(0 <= h.personalised_accuracy()[1] <= 1 for h in halves.values())
 
@@ -180,10 +182,10 @@ def test_fedtype_weight_bytes_are_the_proxy_and_far_below_the_private_models():
     outcome, halves = run_learning(method, blob_sites())
     proxy = sum(v.size for v in get_weights(halves["site-0"].proxy).values())
     private = sum(parameter_count(h.private) for h in halves.values())
-    for record in outcome.details["round_records"]:
+    for record in outcome.rounds:
         assert record["weights_bytes_up"] == record["weights_bytes_down"] == 3 * proxy * 2  # float16
         assert record["private_weights_bytes"] == 2 * private * 2
-    assert 10 * outcome.details["round_records"][0]["weights_bytes_up"] < outcome.details["round_records"][0]["private_weights_bytes"]
+    assert 10 * outcome.rounds[0]["weights_bytes_up"] < outcome.rounds[0]["private_weights_bytes"]
 
 
 def test_no_private_weight_ever_appears_on_the_wire_while_the_proxy_does():
@@ -203,14 +205,15 @@ def test_a_site_that_gets_no_setup_or_a_bad_architecture_refuses_with_the_reason
     from protocol.methods.base import RequestError
 
     method = learning_method("fedtype")
-    half = type(method).site_for(blob_sites()["site-0"], np.random.default_rng(0), "site-0", 1)
+    half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
     with pytest.raises(RequestError, match="before setup"):
-        half.answer("round-0", {})
+        half.answer(Phase("round", 0), {})
     request = method.setup_request(0)
     with pytest.raises(RequestError, match="image"):
-        half.answer("setup", {**request, "private": {"kind": "cnn", "channels": [4], "image": [3, 3], "hidden": []}})
+        half.answer(Phase("setup"), {**request, "private": {"kind": "cnn", "channels": [4], "image": [3, 3],
+                                                           "hidden": []}})
     with pytest.raises(RequestError, match="labels must be integers"):
-        half.answer("setup", {**request, "classes": 2})
+        half.answer(Phase("setup"), {**request, "classes": 2})
 
 
 @pytest.mark.parametrize("theta", [0.05, 0.1, 0.2, 0.3, 0.5])

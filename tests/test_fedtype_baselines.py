@@ -192,7 +192,7 @@ def test_logit_adjusted_cross_entropy_learns_the_same_scores_at_sites_with_diffe
 def test_fedproto_sends_prototypes_and_counts_and_the_server_averages_them_per_class():
     method = learning_method("fedproto", embedding=8)
     outcome, halves = run_learning(method, blob_sites())
-    for record in outcome.details["round_records"]:  # (4 classes x 8) float16 prototypes + 4 float32 counts, 3 sites
+    for record in outcome.rounds:  # (4 classes x 8) float16 prototypes + 4 float32 counts, 3 sites
         assert record["weights_bytes_up"] == 3 * (4 * 8 * 2 + 4 * 4)
     sites = list(halves.values())
     sent = [local_prototypes(h.private[:-1](h.data.X_train).detach().numpy(), h.data.y_train.numpy(), 4) for h in sites]
@@ -258,7 +258,7 @@ def test_fedtype_p_with_label_shift_sends_the_unshifted_proxy_and_heads_with_the
         private, proxy = torch.softmax(site.private(X), 1).detach().numpy(), torch.softmax(raw + log_prior, 1).detach().numpy()
         accuracies.append(mixture_accuracy(private, proxy, y, 0.5))
         assert site.personalised_accuracy()[0] == pytest.approx(accuracies[-1])
-    assert outcome.details["accuracy"] == pytest.approx(np.mean(accuracies), abs=1e-9)
+    assert outcome.accuracy == pytest.approx(np.mean(accuracies), abs=1e-9)
 
 
 def test_baselines_over_site_processes_survive_a_crashed_site_and_send_no_private_model(tmp_path):

@@ -22,7 +22,7 @@ TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
 B2 = ROOT / "scenarios" / "dp-appendix-b2.yaml"
 
 CODEC_BY_PATH = '''
-from quorum.plugin import Codec, OneShotMethod, Outcome, PayloadError, Planned, SiteHalf
+from quorum.plugin import Codec, OneShotMethod, PayloadError, Planned, SiteHalf, Threshold
 
 
 class Doubled(Codec):
@@ -49,12 +49,12 @@ class Largest(OneShotMethod):
         return Planned({site: {} for site in sizes})
 
     def combine(self, sizes, planned, answers, dropped, rng):
-        return Outcome.ok(max(max(answers.values()), self.params["floor"]) * self.params["scale"],
+        return Threshold.ok(max(max(answers.values()), self.params["floor"]) * self.params["scale"],
                           answered=len(answers), per_site=sorted(answers.values()), note="extra")
 
     @classmethod
-    def site(cls, scores, rng):
-        return Top(scores)
+    def site(cls, rows, rng, site_id):
+        return Top(rows)
 
 
 class Top(SiteHalf):
@@ -159,7 +159,7 @@ def test_faults_in_process_are_refused_before_anything_runs(tmp_path):
 
 
 def test_every_aggregate_says_what_it_averages_over():
-    rows = [{"method": "m", "codec": "c", "privacy": "none", "epsilon": "", "status": status, "coverage": cov,
+    rows = [{"method": "m", "result": "conformal", "codec": "c", "privacy": "none", "epsilon": "", "status": status, "coverage": cov,
              "size": size, "guarantee": "0.9"} for status, cov, size in
             [("ok", "0.9", "2.0"), ("ok", "0.91", "2.1"), ("infinite", "1.0", "inf"), ("aborted", "nan", "nan")]]
     stats = summarize(rows)["m"]

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from runner.heterogeneity import HeterogeneityReport, NotEstimable, proposition_34, site_summary
-from runner.study import _fedcp_qq_orders
+from stats.optimizer import plan_orders
 from scenarios.scenario import validate_scenario
 from stats.conformal import order_statistic, quantile_of_quantiles
 from stats.unbalanced import coverage_unbalanced
-from world.trial import build_trial
+from world.trial import WorldSpec, build_trial
 from tests.oracles import binomial_tolerance
 
 
@@ -24,9 +24,9 @@ def scenario(kind="none", **heterogeneity):
 
 
 def tv_of(s):
-    world = build_trial(s, 0)
+    world = build_trial(WorldSpec.of(s), 0)
     sizes = [len(y) for _, y in world.shards.values()]
-    ells = _fedcp_qq_orders(s)(tuple(sizes))
+    ells = list(plan_orders(tuple(sizes), s["alpha"]).ells)
     return proposition_34(world, s["sites"]["heterogeneity"], sizes, ells, np.random.default_rng(0))
 
 
@@ -53,12 +53,10 @@ def test_prop34_tv_is_a_coverage_loss_bound_for_a_location_shift():
     """Proposition 3.4: coverage >= M - E[d_TV]. Sites shifted by alpha_j draw their n_j scores
     from the test pool; over many draws FedCP-QQ's coverage of the unshifted test set must not
     fall below the plan's exact coverage minus the estimated TV term (Monte Carlo)."""
-    from protocol.methods.fedcp_qq import FedCPQQ
-
     s = scenario("location", sigma=0.6)
-    world = build_trial(s, 0)
+    world = build_trial(WorldSpec.of(s), 0)
     sizes = [len(y) for _, y in world.shards.values()]
-    plan = FedCPQQ(s["alpha"]).make_plan(tuple(sizes))
+    plan = plan_orders(tuple(sizes), s["alpha"])
     tv = proposition_34(world, s["sites"]["heterogeneity"], sizes, list(plan.ells), np.random.default_rng(0))
     rng = np.random.default_rng(1)
     scores = np.abs(world.y_test - world.test_base)
@@ -76,10 +74,10 @@ def test_prop34_tv_is_a_coverage_loss_bound_for_a_location_shift():
 
 def test_report_lists_each_sites_size_and_a_spread():
     s = scenario("location", sigma=1.0)
-    world = build_trial(s, 0)
+    world = build_trial(WorldSpec.of(s), 0)
     summary = site_summary(world)
     assert [v["n"] for v in summary.values()] == [100] * 6
-    report = HeterogeneityReport(s, _fedcp_qq_orders(s))
+    report = HeterogeneityReport(s["sites"]["heterogeneity"], s["alpha"])
     report.add(world, np.random.default_rng(0))
     out = report.summary()
     assert out["kind"] == "location" and out["proposition_34_tv"] > 0 and out["spread"] > 0
@@ -93,15 +91,15 @@ def test_a_bound_not_estimated_says_why_in_the_summary_and_the_printed_line():
 
     s = validate_scenario({**scenario("response", strength=1.0), "sites": {
         **scenario("response")["sites"], "count": 60, "sizes": 30}})
-    report = HeterogeneityReport(s, _fedcp_qq_orders(s))
-    report.add(build_trial(s, 0), np.random.default_rng(0))
+    report = HeterogeneityReport(s["sites"]["heterogeneity"], s["alpha"])
+    report.add(build_trial(WorldSpec.of(s), 0), np.random.default_rng(0))
     out = report.summary()
     assert out["proposition_34_tv"] is None
     assert "holds 20 of the 1200 test points, fewer than the 30" in out["proposition_34_why"]
     line = sites_line({"heterogeneity": out, "site_devices": ["cpu"]})
     assert "proposition 3.4 bound not estimated: response partition" in line
-    computed = HeterogeneityReport(scenario("location", sigma=1.0), _fedcp_qq_orders(scenario("location")))
-    computed.add(build_trial(scenario("location", sigma=1.0), 0), np.random.default_rng(0))
+    computed = HeterogeneityReport(scenario("location", sigma=1.0)["sites"]["heterogeneity"], 0.1)
+    computed.add(build_trial(WorldSpec.of(scenario("location", sigma=1.0)), 0), np.random.default_rng(0))
     assert computed.summary()["proposition_34_why"] is None
 
 
@@ -111,12 +109,12 @@ def test_heterogeneity_kinds_in_scenarios(kind):
         with pytest.raises(ValueError, match="classification data only"):
             scenario(kind)
     else:
-        world = build_trial(scenario(kind), 0)
+        world = build_trial(WorldSpec.of(scenario(kind)), 0)
         assert sum(len(y) for _, y in world.shards.values()) == 600
 
 
 def test_sorted_blocks_span_the_whole_range_when_sites_hold_a_subset():
-    world = build_trial(scenario("response"), 0)
+    world = build_trial(WorldSpec.of(scenario("response")), 0)
     means = [np.mean(y) for _, y in world.shards.values()]
     assert means == sorted(means)
     pooled = np.concatenate([y for _, y in world.shards.values()])

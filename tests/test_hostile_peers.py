@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from protocol.codecs import CODECS
 from protocol.inprocess import drive
 from protocol.methods import METHODS, Outcome
-from protocol.methods.base import STATUSES, guarded
+from protocol.methods.base import guarded
+from results import STATUSES
 from scenarios.scenario import _validate_method, method_params
 
 BINS = {"lo": 0.0, "hi": 4.0, "count": 16}
@@ -161,7 +162,7 @@ def test_a_garbage_share_at_the_threshold_ends_the_session_not_the_run():
     scores = {s: rng.uniform(0, 4, 30) for s in sites}
     method = METHODS["ddg_quantile"](0.1, epsilon=50.0, bins=BINS, count="exact", dropouts=2,
                                      on_shortfall="report", secagg={"graph": "full"})
-    halves = {s: type(method).site_for(scores[s], PrivacyNoise(), s, 1) for s in sites}
+    halves = {s: type(method).site(scores[s], PrivacyNoise(), s) for s in sites}
     assert default_threshold(4) == 3  # five sites, full graph: the unmask needs 3 holders
 
     def ask(site, phase, body):

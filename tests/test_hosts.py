@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from runner.outputs import RunDirectory
+from sites.service import SiteService
 from runner.processes import placement
 from runner.study import run_study
 from scenarios.scenario import validate_scenario
@@ -137,8 +138,8 @@ def test_process_titles_name_the_host_and_its_range(tmp_path):
     from runner.processes import SiteHosts
 
     trial_zero(tmp_path)
-    hosts = SiteHosts([f"site-00{j}" for j in range(5)], "tcp://127.0.0.1:1", tmp_path, tmp_path,
-                      sites_per_process=3, idle_timeout=20)
+    hosts = SiteHosts([f"site-00{j}" for j in range(5)], SiteService("tcp://127.0.0.1:1", str(tmp_path), idle_timeout=20),
+                      tmp_path, sites_per_process=3)
     hosts.start()
     try:
         titles = {}
@@ -182,11 +183,11 @@ def test_a_process_loads_the_model_once_per_trial_and_each_site_scores_its_own_r
     monkeypatch.setattr(trials_module, "read_model", lambda *a: loads.append(a) or real(*a))
     cache = TrialCache(tmp_path, list(world.shards))
     for site, (X, y) in world.shards.items():
-        scores, device = cache.scores(0, site)
+        scores, device = cache.site_rows(0, site)
         assert scores.tolist() == world.model.scores(X, y).tolist() and device == "cpu"
     assert len(loads) == 1 and cache._model is None  # released once every site had scored
     with pytest.raises(LookupError, match="site-999"):
-        TrialCache(tmp_path, ["site-999"]).scores(0, "site-999")
+        TrialCache(tmp_path, ["site-999"]).site_rows(0, "site-999")
 
 
 def test_a_thousand_sites_leaving_at_once_never_block_the_coordinator():

@@ -10,6 +10,7 @@ from coordinator.events import EventLog
 from protocol.codecs import CODECS
 from protocol.methods import METHODS
 from protocol.wire import Envelope, encode
+from sites.service import SiteService
 from runner.processes import SiteHosts
 from runner.report import communication
 from tests.support import CountingProxy, trial_zero
@@ -25,8 +26,8 @@ def test_ledger_equals_the_bytes_relayed_by_a_tcp_proxy(tmp_path, per_process):
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
     sites = sorted(world.shards)
-    procs = SiteHosts(sites, f"tcp://127.0.0.1:{proxy.port}", tmp_path, tmp_path, sites_per_process=per_process,
-                      policy={"non_private": "allow"})
+    procs = SiteHosts(sites, SiteService(f"tcp://127.0.0.1:{proxy.port}", str(tmp_path), policy={"non_private": "allow"}),
+                      tmp_path, sites_per_process=per_process)
     ledger = Ledger(tmp_path / "ledger.csv")
     procs.start()
     try:

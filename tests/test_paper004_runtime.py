@@ -23,7 +23,7 @@ from stats.kanon import valid_count
 from stats.mannwhitney import (fisher_p_value, p_value, site_statistic, t_sum, t_weighted,
                                z_score)
 from transport.ledger import read_ledger
-from world.trial import build_trial
+from world.trial import WorldSpec, build_trial
 
 MWU_SCENARIO = "scenarios/paper004/mwu-3-centres.yaml"
 QUANTILE_SCENARIO = "scenarios/paper004/quantiles-5-centres.yaml"
@@ -73,7 +73,7 @@ def test_pooled_mwu_session_agrees_with_scipy():
     out = run_session(METHODS["pooled_values"](0.05), sites, rngs())
     reference = stats.mannwhitneyu(y, x, alternative="greater", method="asymptotic", use_continuity=False)
     assert out.status == "ok"
-    assert out.details["p_value"] == pytest.approx(reference.pvalue, rel=1e-9)
+    assert out.p_value == pytest.approx(reference.pvalue, rel=1e-9)
 
 
 @pytest.mark.parametrize("test", ["sum", "weighted", "fisher"])
@@ -83,7 +83,7 @@ def test_site_statistics_sessions_equal_the_pure_combinations(test):
     expected = {"sum": p_value(t_sum(per_site)), "weighted": p_value(t_weighted(per_site)),
                 "fisher": fisher_p_value([p_value(z_score(s)) for s in per_site])}[test]
     out = run_session(METHODS["mwu_sites"](0.05, test=test), sites, rngs())
-    assert out.details["p_value"] == pytest.approx(expected, rel=1e-12)
+    assert out.p_value == pytest.approx(expected, rel=1e-12)
 
 
 def test_impossible_site_statistics_are_left_out_and_named():
@@ -94,7 +94,7 @@ def test_impossible_site_statistics_are_left_out_and_named():
                "b": {"u": 1e9, "variance": 1.0, "n": 10, "m": 10}}  # |U| > n m: no data gives this
     out = method.combine(sizes, method.plan(sizes), answers, {}, np.random.default_rng(0))
     assert out.details["impossible"] == ["b"]
-    assert out.details["p_value"] == pytest.approx(p_value(t_sum([good])))
+    assert out.p_value == pytest.approx(p_value(t_sum([good])))
 
 
 def test_federated_table_session_counts_every_value_and_tracks_the_pooled_test():
@@ -104,7 +104,7 @@ def test_federated_table_session_counts_every_value_and_tracks_the_pooled_test()
     assert out.details["n_x"] == pytest.approx(sum(len(g[0]) for g in groups))
     assert out.details["n_y"] == pytest.approx(sum(len(g[1]) for g in groups))
     pooled = run_session(METHODS["pooled_values"](0.05), sites, rngs())
-    assert abs(out.details["statistic"] - pooled.details["statistic"]) < 0.3  # the table's ties cost a little
+    assert abs(out.statistic - pooled.statistic) < 0.3  # the table's ties cost a little
     assert out.details["contributed"] == ["site-0", "site-1", "site-2"]  # largest first
 
 
@@ -112,7 +112,7 @@ def test_table_session_skips_a_site_that_cannot_bin_first_and_one_that_drops():
     sites, _ = federation(seed=3)
     sites["site-tiny"] = rows_of(np.arange(4.0), np.arange(3.0))  # both groups under K: refuses
     method = METHODS["mwu_table"](0.05, k=10)
-    halves = {s: type(method).site_for(v, rngs()(s), s, 1) for s, v in sites.items()}
+    halves = {s: type(method).site(v, rngs()(s), s) for s, v in sites.items()}
     sizes = {s: len(v) for s, v in sites.items()}
     sizes["site-tiny"] = 10_000  # announced as the largest: asked first, refuses, the next site bins first
     released = []
@@ -137,7 +137,7 @@ def test_table_session_skips_a_site_that_cannot_bin_first_and_one_that_drops():
 
 def test_site_refuses_a_malformed_table_request():
     sites, _ = federation()
-    half = METHODS["mwu_table"].site_for(sites["site-0"], np.random.default_rng(0), "site-0", 1)
+    half = METHODS["mwu_table"].site(sites["site-0"], np.random.default_rng(0), "site-0")
     for body in [{"k": 1, "extremes": "buffer", "bounds": [], "limits": []},
                  {"k": 10, "extremes": "buffer", "bounds": [], "limits": [0.0, -1.0]},
                  {"k": 10, "extremes": "bounds", "bounds": [], "limits": []},
@@ -164,15 +164,15 @@ def test_quantile_loss_converges_to_the_pooled_sample_quantile():
     span = pooled[-1] - pooled[0]
     for p in levels:
         truth = pooled[math.ceil(round(p * pooled.size, 9)) - 1]
-        assert reference.details["estimates"][str(p)] == truth
-        assert abs(loss.details["estimates"][str(p)] - truth) <= 1e-9 * span
+        assert reference.estimates[str(p)] == truth
+        assert abs(loss.estimates[str(p)] - truth) <= 1e-9 * span
     assert loss.details["rounds"] <= 40
 
 
 def test_quantile_loss_aborts_with_the_site_named_when_one_drops_mid_way():
     sites, _ = gamma_sites(seed=1)
     method = METHODS["quantile_loss"](0.1)
-    halves = {s: type(method).site_for(v, rngs()(s), s, 1) for s, v in sites.items()}
+    halves = {s: type(method).site(v, rngs()(s), s) for s, v in sites.items()}
 
     def ask(site, phase, body):
         if site == "site-2" and phase == "loss-3":
@@ -190,7 +190,7 @@ def test_yj_likelihood_session_equals_the_pure_estimate():
     out = run_session(METHODS["yj_likelihood"](0.1, grid_points=51), sites, rngs())
     moments = [yj_site_moments(v, grid) for v in values]
     for p in (0.02, 0.5, 0.98):
-        assert out.details["estimates"][str(p)] == pytest.approx(yj_likelihood_quantile(moments, grid, p), rel=1e-12)
+        assert out.estimates[str(p)] == pytest.approx(yj_likelihood_quantile(moments, grid, p), rel=1e-12)
 
 
 @pytest.mark.parametrize("estimator", ["naive", "yj_table"])
@@ -200,7 +200,7 @@ def test_table_quantiles_land_near_the_pooled_ones(estimator):
     out = run_session(METHODS["kanon_quantiles"](0.1, estimator=estimator), sites, rngs())
     assert out.status == "ok"
     for p in (0.25, 0.5, 0.75):
-        assert abs(out.details["estimates"][str(p)] - np.quantile(pooled, p)) < 0.25 * np.std(pooled)
+        assert abs(out.estimates[str(p)] - np.quantile(pooled, p)) < 0.25 * np.std(pooled)
 
 
 # -- scenarios and whole runs --------------------------------------------------------------------
@@ -220,7 +220,7 @@ def test_scenarios_refuse_methods_on_the_wrong_kind_of_data():
 def test_treatment_heterogeneity_shifts_only_the_treatment_group():
     spec = load_scenario(MWU_SCENARIO, ["sites.heterogeneity.sigma=0", "sites.heterogeneity.sigma_treatment=3",
                                         "data.options.delta=0"]).to_dict()
-    world = build_trial(spec, 0)
+    world = build_trial(WorldSpec.of(spec), 0)
     gaps, controls = [], []
     for rows in world.site_scores.values():
         x, y = rows[rows[:, 1] == 0, 0], rows[rows[:, 1] == 1, 0]
@@ -235,7 +235,7 @@ def test_mwu_run_over_site_processes_reports_p_values_and_meters_each_summary(tm
     summary = run_study(spec, tmp_path)
     rows = RunDirectory(tmp_path).read_results()
     assert len(rows) == 10 and all(r["status"] == "ok" for r in rows)
-    assert all(0 < float(r["p_value"]) < 1 and r["coverage"] == "nan" for r in rows)
+    assert all(0 < float(r["p_value"]) < 1 and r["result"] == "test" and "coverage" not in r for r in rows)
     assert summary["methods"]["weighted"]["reject_rate"] is not None
     ledger = read_ledger(tmp_path / "ledger.csv")
     up = {}
@@ -253,7 +253,7 @@ def test_quantile_run_reports_normalized_errors_against_the_mixture_quantile(tmp
     spec = load_scenario(QUANTILE_SCENARIO, ["trials=2", "sites.heterogeneity.kind=none"]).to_dict()
     run_study(spec, tmp_path, backend="inprocess")
     rows = RunDirectory(tmp_path).read_results()
-    world = build_trial(spec, 0)
+    world = build_trial(WorldSpec.of(spec), 0)
     sd = np.std(world.y_test, ddof=1)
     pooled = next(r for r in rows if r["method"] == "pooled" and r["trial"] == "0")
     estimates, errors = json.loads(pooled["estimates"]), json.loads(pooled["estimate_errors"])

@@ -30,7 +30,8 @@ import numpy as np
 from data.sources import Dataset, DataSource
 from models.value import Value
 from protocol.codecs.base import Codec, PayloadError
-from protocol.methods.base import OneShotMethod, Outcome, Planned, SiteHalf
+from protocol.methods.base import OneShotMethod, Planned, SiteHalf
+from results.conformal import Threshold
 
 
 class Largest(Codec):
@@ -58,11 +59,11 @@ class MaxOfMaxes(OneShotMethod):
         return Planned({site: {} for site in sizes})
 
     def combine(self, sizes, planned, answers, dropped, rng):
-        return Outcome.ok(max(answers.values()), answered=len(answers))
+        return Threshold.ok(max(answers.values()), answered=len(answers))
 
     @classmethod
-    def site(cls, scores, rng):
-        return Largest_(scores)
+    def site(cls, rows, rng, site_id):
+        return Largest_(rows)
 
 
 class Largest_(SiteHalf):

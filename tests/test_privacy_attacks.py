@@ -241,7 +241,7 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
     with pytest.raises(RequestError, match="over its budget 1"):
         local.answer(3, "fedcp2_qq", "respond", bin_request(0.4))
     restarted = SiteLocal("site-0", tmp_path, budget=budget)
-    restarted.hold(0, 1, local.scores)
+    restarted.hold(0, 1, local.rows)
     with pytest.raises(RequestError, match="spent so far: 0.8"):
         restarted.answer(4, "fedcp2_qq", "respond", bin_request(0.3))
     restarted.answer(5, "fedcp2_qq", "respond", bin_request(0.15))  # 0.95 fits
@@ -249,15 +249,15 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
     assert kinds == ["dp", "dp", "refused", "refused", "dp"]
     # a new trial's data (scope trial) starts afresh; a new trial number over the same data does
     # not (issue 36: the scope is the data's fingerprint); under scope dataset neither would
-    restarted.hold(1, 1, local.scores)
+    restarted.hold(1, 1, local.rows)
     with pytest.raises(RequestError, match="over its budget 1"):
         restarted.answer(1001, "fedcp2_qq", "respond", bin_request(0.9))
-    restarted.hold(2, 1, local.scores + 1.0)
+    restarted.hold(2, 1, local.rows + 1.0)
     restarted.answer(2001, "fedcp2_qq", "respond", bin_request(0.9))
     dataset = SiteLocal("site-1", tmp_path, budget={**budget, "scope": "dataset"})
-    dataset.hold(0, 1, local.scores)
+    dataset.hold(0, 1, local.rows)
     dataset.answer(1, "fedcp2_qq", "respond", bin_request(0.9))
-    dataset.hold(1, 1, local.scores)
+    dataset.hold(1, 1, local.rows)
     with pytest.raises(RequestError, match="per dataset"):
         dataset.answer(1001, "fedcp2_qq", "respond", bin_request(0.9))
 

@@ -10,6 +10,7 @@ import zmq
 from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
+from sites.service import SiteService
 from runner.processes import SiteHosts
 from runner.study import run_study
 from quorum import load_scenario
@@ -50,7 +51,8 @@ def test_processes_give_the_same_results_as_in_process(tmp_path):
 
 def test_site_processes_are_visible_by_name(tmp_path):
     channel = RouterChannel("tcp://127.0.0.1:*")
-    procs = SiteHosts(["site-000", "site-001"], channel.endpoint, tmp_path, tmp_path, policy={"non_private": "allow"})
+    procs = SiteHosts(["site-000", "site-001"], SiteService(channel.endpoint, str(tmp_path), policy={"non_private": "allow"}),
+                      tmp_path)
     procs.start()
     try:
         coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=30))
@@ -158,11 +160,12 @@ def test_live_site_process_survives_bad_messages(tmp_path):
 
 
 def test_result_cells_are_plain_numbers(tmp_path):
+    from results.conformal import Threshold
     from runner.outputs import RunDirectory
 
-    rundir = RunDirectory(tmp_path)
-    rundir.append_result({"trial": np.int64(0), "method": "x", "guarantee": np.float64(0.25),
-                          "coverage": float("nan"), "size": float("inf")})
+    rundir = RunDirectory(tmp_path, families=[Threshold])
+    rundir.append_session({"trial": np.int64(0), "method": "x", "guarantee": np.float64(0.25),
+                           "coverage": float("nan"), "size": float("inf")}, {})
     row = rundir.read_results()[0]
     assert (row["trial"], row["guarantee"], row["coverage"], row["size"]) == ("0", "0.25", "nan", "inf")
 

@@ -12,7 +12,7 @@ from runner.study import run_study
 from scenarios.scenario import validate_scenario
 from stats.dp import Bins
 from stats.ddg import flat_histogram, quantile_index
-from world.trial import build_trial
+from world.trial import WorldSpec, build_trial
 from tests.support import TINY
 
 BINS = {"count": 16, "lo": 0.0, "hi": 3.0}
@@ -34,7 +34,7 @@ def scenario(faults, **method) -> dict:
 
 
 def noiseless_threshold(spec, included):
-    world = build_trial(spec, 0)
+    world = build_trial(WorldSpec.of(spec), 0)
     values = np.concatenate([world.site_scores[s] for s in included])
     edges = Bins(BINS["lo"], BINS["hi"], BINS["count"]).edges
     cdf = np.cumsum(flat_histogram(values, edges)) / values.size

@@ -10,6 +10,7 @@ from coordinator.driver import Coordinator, Deadlines
 from coordinator.events import EventLog
 from protocol.methods import METHODS
 from protocol.wire import Envelope, decode, encode
+from sites.service import SiteService
 from runner.processes import SiteHosts
 from tests.support import CountingProxy, trial_zero
 from transport.channel import RouterChannel
@@ -118,8 +119,8 @@ def test_curve_ledger_equals_the_encrypted_bytes_on_the_wire(tmp_path):
     key_dir, channel, coordinator = secure_coordinator(tmp_path, ledger=ledger)
     proxy = CountingProxy(int(channel.endpoint.rsplit(":", 1)[1]))
     proxy.start()
-    procs = SiteHosts(SITES, f"tcp://127.0.0.1:{proxy.port}", tmp_path / "work", tmp_path, key_dir=key_dir,
-                      policy={"non_private": "allow"})
+    procs = SiteHosts(SITES, SiteService(f"tcp://127.0.0.1:{proxy.port}", str(tmp_path / "work"), str(key_dir),
+                                         policy={"non_private": "allow"}), tmp_path)
     procs.start()
     try:
         coordinator.deadlines = Deadlines(hello=30, join=30, respond=10)
@@ -148,7 +149,6 @@ def test_keys_and_runs_are_private_and_a_planted_key_directory_is_refused(tmp_pa
     import stat
 
     from runner.outputs import RunDirectory
-    from sites.storage import write_trial
     from tests.support import trial_zero
     from transport.security import KeyDirectoryError, private_key_directory
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,32 @@ def handshake_bytes(curve: bool, socket_type: str, identity: bytes, client: bool
     if client:
         return GREETING_BYTES + frame_bytes(200) + frame_bytes(257 + _metadata(socket_type, identity))
     return GREETING_BYTES + frame_bytes(168) + frame_bytes(30 + _metadata(socket_type, identity))
+
+
+class SessionWire(Mapping):
+    """(phase, "up" | "down") -> bytes of one session (its trial and method label) in `rows` of
+    a ledger, summed on first use."""
+
+    def __init__(self, rows: list[dict], trial, label: str) -> None:
+        self._rows, self._trial, self._label, self._bytes = rows, str(trial), label, None
+
+    def _sums(self) -> dict[tuple[str, str], int]:
+        if self._bytes is None:
+            self._bytes = {}
+            for row in self._rows:
+                if str(row.get("trial")) == self._trial and row.get("method") == self._label:
+                    key = (str(row["phase"]), row["direction"])
+                    self._bytes[key] = self._bytes.get(key, 0) + int(row["bytes"])
+        return self._bytes
+
+    def __getitem__(self, key):
+        return self._sums()[key]
+
+    def __iter__(self):
+        return iter(self._sums())
+
+    def __len__(self):
+        return len(self._sums())
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,32 @@ from data.sources import SOURCES
 from data.split import site_sizes, split_indices, standardize
 from models import MODELS, Model
 from stats.randomness import trial_rng
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """What every trial's world is made from, one value: the harness builds it, and so does a site
+    host away from the harness (`run.py site --scenario`, a Ray actor) for its own sites."""
+
+    seed: int
+    alpha: float
+    data: Mapping[str, Any]  # `source` and the source's own fields (data.sources)
+    split: Mapping[str, float]  # train, calibration and test fractions
+    sites: int  # how many sites: site-000 ... (`site_ids`)
+    sizes: Any  # "equal", or each site's n_j (data.split.site_sizes)
+    heterogeneity: Mapping[str, Any]  # `kind` and its own fields (data.heterogeneity)
+    model: Mapping[str, Any]  # `kind`, `device`, `params` (models)
+
+    @classmethod
+    def of(cls, scenario: Mapping[str, Any]) -> "WorldSpec":
+        """The world of a validated scenario (its data, split, sites, model, seed and alpha)."""
+        sites = scenario["sites"]
+        return cls(scenario["seed"], scenario["alpha"], scenario["data"], scenario["split"], sites["count"],
+                   sites["sizes"], sites["heterogeneity"], scenario["model"])
+
+    @property
+    def site_ids(self) -> list[str]:
+        return site_ids(self.sites)
 
 
 @dataclass
@@ -85,12 +112,13 @@ def site_ids(count: int) -> list[str]:
     return [f"site-{j:0{width}d}" for j in range(count)]
 
 
-def build_trial(scenario: dict, trial: int) -> TrialWorld:
-    seed, data = scenario["seed"], scenario["data"]
+def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
+    """Trial `trial`'s world: a pure function of the spec and the trial (every draw from the seed)."""
+    seed, data = spec.seed, spec.data
     source = SOURCES[data["source"]]
     params = {key: value for key, value in data.items() if key != "source"}
     dataset = source.load(params, trial_rng(seed, trial, "data"))
-    split = scenario["split"]
+    split = spec.split
     train, cal, test = split_indices(len(dataset.y), split["train"], split["calibration"], split["test"],
                                      trial_rng(seed, trial, "split"))
     if dataset.X_test is not None:
@@ -102,15 +130,14 @@ def build_trial(scenario: dict, trial: int) -> TrialWorld:
     if dataset.scale_response:  # paper 000's reference code: y / mean |y_train|
         scale = float(np.mean(np.abs(y_train))) or 1.0
         y_train, y_cal, y_test = y_train / scale, y_cal / scale, y_test / scale
-    spec = scenario["model"]
-    model = MODELS[spec["kind"]](device=spec["device"], **spec["params"])
+    model = MODELS[spec.model["kind"]](device=spec.model["device"], **spec.model["params"])
     if dataset.task == "classification":
         labels = dataset.y if dataset.y_test is None else np.concatenate([dataset.y, dataset.y_test])
         model.n_classes = int(np.max(labels)) + 1
-    model.fit(X_train, y_train, scenario["alpha"], trial_rng(seed, trial, "model"))
-    ids = site_ids(scenario["sites"]["count"])
-    sizes = site_sizes(scenario["sites"]["sizes"], len(ids), len(cal))
-    hetero = scenario["sites"]["heterogeneity"]
+    model.fit(X_train, y_train, spec.alpha, trial_rng(seed, trial, "model"))
+    ids = spec.site_ids
+    sizes = site_sizes(spec.sizes, len(ids), len(cal))
+    hetero = spec.heterogeneity
     parts = assign_sites(hetero, X_cal, y_cal, sizes, trial_rng(seed, trial, "partition"))
     shifts = site_shifts(hetero, len(ids), trial_rng(seed, trial, "heterogeneity"))
     betas = treatment_shifts(hetero, len(ids), trial_rng(seed, trial, "treatment"))

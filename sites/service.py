@@ -1,0 +1,36 @@
+"""What a site host serves its sites with: one value, whoever starts the host.
+
+The harness (runner.processes.SiteHosts), a Ray actor (runner.ray_hosts) and an operator's own
+`run.py site` all hand a host the same `SiteService`, alongside the ids of the sites it serves;
+the host needs nothing else. It holds no secret: key pairs stay in `key_dir` (or, on Ray, in the
+memory of the host that made them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # a site process imports the world (data, models) only when it builds one
+    from world.trial import WorldSpec
+
+
+@dataclass(frozen=True)
+class SiteService:
+    coordinator: str  # the coordinator's endpoint, e.g. tcp://127.0.0.1:5555
+    workdir: str  # where the sites keep their shards, model copies and privacy accounts
+    key_dir: str | None = None  # CurveZMQ key pairs (None: plain TCP, or keys made in memory on Ray)
+    shuffler: str | None = None  # the shuffler's endpoint, where shuffled codecs send sealed answers
+    fault_rules: tuple = ()  # the scenario's resolved fault rules (transport.faults); each site applies its own
+    seed: int = 0  # the scenario seed (faults' draws; privacy noise only under `noise: seeded`)
+    budget: Mapping[str, Any] | None = None  # each site's privacy budget (protocol.accounting)
+    policy: Mapping[str, Any] | None = None  # what each site serves (protocol.policy); None: the strictest
+    plugins: Mapping[str, list[str]] = field(default_factory=dict)  # import paths to load before serving
+    world: WorldSpec | None = None  # build each trial's data here (a host away from the harness)
+    idle_timeout: float | None = None  # exit after this many seconds without a message
+
+    def with_shuffler(self, endpoint: str | None) -> "SiteService":
+        return replace(self, shuffler=endpoint)
+
+    def in_workdir(self, workdir: str) -> "SiteService":
+        return replace(self, workdir=str(workdir))
