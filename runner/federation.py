@@ -1,4 +1,4 @@
-"""Two interchangeable ways to run a scenario's sessions.
+"""Two interchangeable ways to run a scenario's sessions (FEDERATIONS, by backend name).
 
 ProcessFederation: this process is the coordinator (a ZeroMQ ROUTER) and every site is its own
 OS process (a DEALER) -- the real system. InProcessFederation: the same site-side code
@@ -24,6 +24,7 @@ from runner.processes import ShufflerProcess, SiteHosts, placement
 from scenarios.spec import RunSpec
 from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
+from sites.storage import write_trial
 from sites.trials import TrialCache
 from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel
@@ -83,7 +84,7 @@ class ProcessFederation:
         self.service = replace(self.service, coordinator=self.channel.endpoint)
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
         self._hello_timeout = runtime.deadlines.hello
-        self._logs = rundir.logs
+        self._logs, self._work = rundir.logs, rundir.work
         self._log_dir = None if external_sites else rundir.logs  # where the sites we start log
         self.processes = None
         self.placed: dict | None = None  # how the sites were placed (summary.json), once started
@@ -141,7 +142,10 @@ class ProcessFederation:
         return endpoint
 
     def open_trial(self, trial: int, world) -> dict[str, int]:
-        """The join phase: each present site's n_j (dropouts are logged)."""
+        """Place each site's shard on its storage (sites we started), then the join phase: each
+        present site's n_j (dropouts are logged)."""
+        if self._log_dir is not None:  # sites started by hand build their own data
+            write_trial(self._work, trial, world.model, world.shards)
         if self.adversary is not None:  # what the scenario made: the attacks test releases against it
             self.adversary.truth = world.site_scores
         return self.coordinator.open_trial(trial, self.seed, self.present)[0]
@@ -184,8 +188,10 @@ class ProcessFederation:
 class InProcessFederation:
     """No sockets, hence no wire and an empty ledger."""
 
-    def __init__(self, run: RunSpec, rundir: RunDirectory) -> None:
+    def __init__(self, run: RunSpec, rundir: RunDirectory, *, fired=frozenset(), external_sites: bool = False) -> None:
+        """`fired` and `external_sites` concern site processes; in-process there are none."""
         self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
+        self.work = rundir.work
         trials = TrialCache(rundir.work, run.site_ids)  # the model loaded once per trial for all sites
         self.sites = {site: SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy)
                       for site in run.site_ids}
@@ -199,8 +205,10 @@ class InProcessFederation:
     def start(self) -> list[str]:
         return list(self.sites)
 
-    def open_trial(self, trial: int, world=None) -> dict[str, int]:
-        """The join phase, by the rule the socket driver applies (protocol.engine.join_problem)."""
+    def open_trial(self, trial: int, world) -> dict[str, int]:
+        """Place each site's shard on its storage, then the join phase, by the rule the socket
+        driver applies (protocol.engine.join_problem)."""
+        write_trial(self.work, trial, world.model, world.shards)
         sizes = {}
         for site, local in self.sites.items():
             n = local.open_trial(trial, self.seed)
@@ -237,3 +245,6 @@ class InProcessFederation:
     def close(self) -> None:
         """Nothing to release: the in-process sites hold no processes or sockets."""
 
+
+#: the backends: how a run's sites are reached, by name (run.py run --backend, quorum.run(backend=...))
+FEDERATIONS = {"processes": ProcessFederation, "inprocess": InProcessFederation}

@@ -132,6 +132,14 @@ class RunDirectory:
                     fired.add(event["rule"])
         return fired
 
+    def record_session(self, trial: int, label: str, method, outcome: Outcome, world, ledger_rows: list[dict], *,
+                       sites: int, seconds: float, noise: str) -> dict:
+        """One session's rows (session_rows), appended; returns its results.csv row."""
+        row, side = session_rows(trial, label, method, outcome, world, ledger_rows, sites=sites, seconds=seconds,
+                                 noise=noise)
+        self.append_session(row, side)
+        return row
+
     def append_session(self, row: dict, side: dict[str, list[dict]]) -> None:
         """One session's rows: its family's own tables first, then its results.csv row, each
         forced to disk before returning (a row in results.csv means the session is done)."""

@@ -1,9 +1,10 @@
 """One run of a scenario: trials, sessions, evaluation and outputs.
 
 The scenario is typed once (scenarios.spec.RunSpec); each part gets the value it needs. For
-each trial: build the world (data, split, model, shards) and place each site's shard on its
-storage; open the trial (sites load, score and join with n_j); run each method's session; write
-its rows, whatever its result family (runner.outputs.session_rows), before the next session.
+each trial: build the world (data, split, model, shards); open the trial on the federation (it
+places each site's shard on its storage; sites load, score and join with n_j); run each method's
+session; record its rows, whatever its result family (RunDirectory.record_session), before the
+next session.
 Site processes live across all trials of the run.
 """
 
@@ -15,21 +16,21 @@ from typing import Mapping
 
 from coordinator.events import EventLog
 from protocol.accounting import Budget
-from runner.federation import InProcessFederation, ProcessFederation
+from runner.federation import FEDERATIONS
 from runner.heterogeneity import HeterogeneityReport
-from runner.outputs import ResumeError, RunDirectory, session_rows  # noqa: F401 (ResumeError: the API's)
+from runner.outputs import ResumeError, RunDirectory  # noqa: F401 (ResumeError: the API's)
 from runner.plots import run_plots
 from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
 from runner.report import communication, summarize
 from runner.timeline import draw_timeline
 from runner.trace import Timeline, write_trace
 from scenarios.spec import RunSpec
-from sites.storage import remove_trial, write_trial
+from sites.storage import remove_trial
 from stats.randomness import trial_rng
 from transport.ledger import read_ledger
 from world.trial import build_trial
 
-BACKENDS = ("processes", "inprocess")
+BACKENDS = tuple(FEDERATIONS)
 
 
 def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "processes", progress=None,
@@ -67,8 +68,7 @@ class Study:
         self.done, fired = rundir.begin(run.mapping, resume)
         self.report = HeterogeneityReport(run.world.heterogeneity, run.alpha, *run.fedcp_qq_planner)
         self.resumed, self.external_sites = resume, external_sites
-        self.federation = (ProcessFederation(run, rundir, fired=frozenset(fired), external_sites=external_sites)
-                           if backend == "processes" else InProcessFederation(run, rundir))
+        self.federation = FEDERATIONS[backend](run, rundir, fired=frozenset(fired), external_sites=external_sites)
         self.events = self.federation.events
         self.model_device, self.site_devices = "cpu", set()
         self.started, self.completed = time.time(), 0
@@ -92,12 +92,11 @@ class Study:
         return self.finish()
 
     def trial(self, trial: int, todo, progress, keep_work: bool) -> None:
-        """One trial: build its world and place each site's shard on its storage, open it (sites
-        load, score and join with n_j), then run each method's session and write its rows."""
+        """One trial: build its world, open it on the federation (each site's shard placed on its
+        storage; sites load, score and join with n_j), then run each method's session and record
+        its rows."""
         world = build_trial(self.run.world, trial)
         self.model_device = world.model.device
-        if not self.external_sites:
-            write_trial(self.rundir.work, trial, world.model, world.shards)
         sizes = self.federation.open_trial(trial, world)
         self.site_devices |= set(self.federation.devices.values())
         self.report.add(world, trial_rng(self.run.seed, trial, "report"))
@@ -105,9 +104,9 @@ class Study:
             method = configured.for_trial(world.public)
             began = time.perf_counter()
             outcome = self.federation.run_method(trial, index, method, sizes, label)
-            row, side = session_rows(trial, label, method, outcome, world, self.federation.ledger.rows,
-                                     sites=len(sizes), seconds=time.perf_counter() - began, noise=self.run.noise)
-            self.rundir.append_session(row, side)
+            row = self.rundir.record_session(trial, label, method, outcome, world, self.federation.ledger.rows,
+                                             sites=len(sizes), seconds=time.perf_counter() - began,
+                                             noise=self.run.noise)
             if progress is not None:
                 progress(trial, label, row)
         if not keep_work:
