@@ -29,8 +29,9 @@ from protocol.sessions import join_session, method_session
 from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel, Incoming
+from transport.emulation import Held, LinkEmulator
 from transport.faults import FaultInjector, kill_self
-from transport.ledger import Ledger, handshake_bytes
+from transport.ledger import Ledger, handshake_bytes, message_wire_bytes
 from transport.outbox import Outbox
 
 
@@ -47,14 +48,18 @@ class Deadlines:
 class Coordinator:
     def __init__(self, channel: RouterChannel, events: EventLog, deadlines: Deadlines,
                  ledger: Ledger | None = None, faults: FaultInjector | None = None, adversary=None,
-                 seeded_noise: bool = False, max_n: int = 10**8) -> None:
+                 seeded_noise: bool = False, max_n: int = 10**8, links: LinkEmulator | None = None) -> None:
         self.channel, self.events, self.deadlines = channel, events, deadlines
         self.adversary = adversary  # coordinator.adversary.Adversary: scripted attacks on the sites
         self.seeded_noise = seeded_noise  # the sites' policy says `noise: seeded` (protocol.noise)
         self.max_n = max_n  # the largest n_j a site may announce at join (runtime.max_n)
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults
-        self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent)
+        #: the scenario's network (transport.emulation): each site's link, applied at this socket
+        self.links = links if links is not None and links.network.emulated else None
+        self._held = Held()  # what sites sent, held until their link delivers it: (incoming, when received)
+        self.outbox = Outbox(lambda site, data: channel.send_raw(site, [data]), faults, self._sent,
+                             link=self._downlink if self.links is not None else None)
         self.members: dict[str, int] = {}  # site id -> pid it reported
         self.shuffler_pid: int | None = None  # set when the shuffler process said hello
         self._batch: Envelope | None = None
@@ -119,9 +124,28 @@ class Coordinator:
                 self.ledger.record(site=site, direction="down", mtype="shutdown", nbytes=nbytes)
         self.ledger.flush()
 
-    def _sent(self, site: str, mtype: str, nbytes: int) -> None:
-        """What actually left (after any scripted fault), into the ledger."""
-        self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes)
+    def _sent(self, site: str, mtype: str, nbytes: int, handed: float) -> None:
+        """What actually left (after any scripted fault and the site's link), into the ledger: when
+        it was handed to the link (`sent`) and when the link delivered it (`arrived`, now)."""
+        self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes, sent=_wall(handed),
+                           link=self._link_name(site, handed))
+
+    def _downlink(self, peer: str, data: bytes, due: float) -> float | None:
+        """When a message handed over at `due` reaches `peer` over its link (None: dropped)."""
+        if peer == SHUFFLER_ID:  # the shuffler is infrastructure, on the coordinator's own network
+            return due
+        arrival = self.links.arrival(peer, "down", message_wire_bytes([len(data)], self.channel.curve), due)
+        if arrival is None:
+            self.events.write("lost", site=peer, direction="down", phase=self.ledger.context.get("phase"),
+                              trial=self.ledger.context.get("trial"))
+        return arrival
+
+    def _link_name(self, site: str, at: float) -> str:
+        return self.links.link(site, at) if self.links is not None and site != SHUFFLER_ID else ""
+
+    def offline(self, site: str) -> bool:
+        """The site's link says it is offline now (a scenario's network availability)."""
+        return self.links is not None and site != SHUFFLER_ID and not self.links.online(site)
 
     def _maybe_die(self, trial, phase, session) -> None:
         rule = self.faults.kill_coordinator(trial, phase, session) if self.faults is not None else None
@@ -244,6 +268,9 @@ class Coordinator:
         rows: dict[str, dict] = {}  # the ledger row of each accepted answer (the batch's under SHUFFLER_ID)
         for site, (mtype, payload) in sends.items():
             assert mtype == phase_spec(phase).sent, f"phase {phase} opens with {phase_spec(phase).sent}"
+            if self.offline(site):  # the scenario's network: the site is not online when asked
+                dropped[site] = "offline"
+                continue
             data = self.channel.pack(mtype, session, payload)
             if self.outbox.send(data, mtype, peer=site, trial=trial, phase=phase, session=session):
                 reachable.append(site)
@@ -358,21 +385,18 @@ class Coordinator:
         """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed
         into membership. Every message received is in the ledger, accepted or not."""
         self.outbox.flush()
-        incoming = self.channel.receive(timeout_s=self.outbox.timeout(max(0.0, deadline - time.monotonic())))
-        self.outbox.flush()
-        for lost in self.channel.lost:
-            self.disconnected[lost.peer] = lost.reason
-            self._newly_lost.append(lost.peer)
-            self.events.write("connection_lost", site=lost.peer, reason=lost.reason,
-                              trial=self.ledger.context.get("trial"), phase=self.ledger.context.get("phase"))
-        self.channel.lost.clear()
-        if incoming is None:
-            return None, None
+        held = self._held.pop_due(time.monotonic())
+        if held is not None:
+            incoming, received = held
+        else:
+            incoming, received = self._arriving(deadline), time.monotonic()
+            if incoming is None:
+                return None, None
         self.disconnected.pop(incoming.peer, None)
         reason = incoming.reason or self._check(incoming)
         mtype = incoming.envelope.type if incoming.envelope is not None else "malformed"
         row = self.ledger.record(site=incoming.peer, direction="up", mtype=mtype, nbytes=incoming.nbytes,
-                                 accepted=reason is None)
+                                 accepted=reason is None, sent=_wall(received), link=self._link_name(incoming.peer, received))
         if reason:
             self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
             return None, row
@@ -390,6 +414,36 @@ class Coordinator:
             self.events.write("hello", site=envelope.sender, pid=envelope.payload["pid"])
             return None, row
         return envelope, row
+
+    def _arriving(self, deadline: float) -> Incoming | None:
+        """What the socket receives before `deadline` (or a held message falls due) that has
+        arrived: a site's message is held until its link delivers it (transport.emulation)."""
+        now = time.monotonic()
+        wait = self.outbox.timeout(max(0.0, deadline - now))
+        if self._held.next_due() is not None:
+            wait = max(0.0, min(wait, self._held.next_due() - now))
+        incoming = self.channel.receive(timeout_s=wait)
+        self.outbox.flush()
+        for lost in self.channel.lost:
+            self.disconnected[lost.peer] = lost.reason
+            self._newly_lost.append(lost.peer)
+            self.events.write("connection_lost", site=lost.peer, reason=lost.reason,
+                              trial=self.ledger.context.get("trial"), phase=self.ledger.context.get("phase"))
+        self.channel.lost.clear()
+        if incoming is None or self.links is None or incoming.peer == SHUFFLER_ID:
+            return incoming
+        hello = incoming.envelope is not None and incoming.envelope.type == "hello"
+        received = time.monotonic()
+        # a hello is the connection coming up (TCP's, reliable): delayed by the link, never lost
+        arrival = self.links.arrival(incoming.peer, "up", incoming.nbytes, received, lossless=hello)
+        if arrival is None:
+            self.events.write("lost", site=incoming.peer, direction="up", phase=self.ledger.context.get("phase"),
+                              trial=self.ledger.context.get("trial"))
+            return None
+        if arrival > time.monotonic():
+            self._held.put(arrival, (incoming, received))
+            return None
+        return incoming
 
     def _take_lost(self) -> list[str]:
         """Sites whose connection closed since the last call (and that have not spoken since)."""
@@ -432,3 +486,8 @@ def answer_row(rows: dict[str, dict], site: str) -> dict:
     """The ledger row of a site's accepted answer in a phase (`_phase`'s rows); answers that came
     through the shuffler share the batch's row."""
     return rows.get(site) or rows.setdefault(SHUFFLER_ID, {})
+
+
+def _wall(monotonic: float) -> float:
+    """A time.monotonic() instant as Unix time (the ledger's clock)."""
+    return time.time() - (time.monotonic() - monotonic)

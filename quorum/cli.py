@@ -238,6 +238,35 @@ def validate(scenario, overrides):
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--network", "networks", multiple=True, required=True, metavar="PROFILE|FILE.yaml",
+              help="A network to predict over (repeatable): a profile's name, every site on it (a preset such as "
+                   "mobile-4g, or one of the scenario's own), or a YAML file of a `network:` section.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the table as CSV.")
+def predict(run_dir, networks, as_csv):
+    """How long each session of RUN_DIR would take over other networks, and the dropouts their
+    deadlines would cause, replayed from the run's ledger: nothing runs again."""
+    import quorum
+
+    try:
+        table = quorum.predict(run_dir, *networks)
+    except (quorum.ScenarioError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_csv:
+        click.echo(table.to_csv(index=False), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    shown = Table(title=f"Predicted session seconds (and dropouts) of {run_dir}")
+    for column in table.columns:
+        shown.add_column(str(column), justify="left" if column == "method" else "right")
+    for row in table.itertuples(index=False):
+        shown.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    Console(width=None if sys.stdout.isatty() else 150).print(shown)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--trial", type=click.IntRange(min=0), help="The trial to draw (default: the first with a dropout, "
               "refusal or fault, else the first).")
 @click.option("--out", type=click.Path(dir_okay=False), help="The PNG to write (default RUN_DIR/timeline.png).")

@@ -95,6 +95,18 @@ class Run:
 
         return run_report(self.summary)
 
+    def predict(self, *networks):
+        """How long each method session would have taken over other networks, and the dropouts
+        their deadlines would have caused, from this run's ledger (runner.predict), as a
+        DataFrame: a row per session, its measured `seconds`, then `NAME s` and `NAME dropouts`
+        per network. A network is a profile's name (every site on it), a `network:` section (a
+        mapping) or a YAML file of one; nothing runs again."""
+        import pandas as pd
+
+        from runner.predict import predict_table
+
+        return pd.DataFrame(predict_table(self.path, list(networks)))
+
     def timeline(self, trial: int | None = None, out: str | Path | None = None) -> Path:
         """Draw `trial`'s timeline (default: the first with a dropout, refusal or fault) to
         `out` (default DIR/timeline.png), rewriting DIR/trace.json; returns the PNG's path."""
@@ -143,6 +155,11 @@ def run(scenario: "Scenario | dict | str | Path", out: str | Path | None = None,
     return Run(out, summary)
 
 
+def predict(run_dir: str | Path, *networks):
+    """Run.predict on the run directory `run_dir` (finished, or killed: what its ledger holds)."""
+    return Run(run_dir).predict(*networks)
+
+
 def pool_plot(runs: list[str | Path], out: str | Path) -> tuple[Path, int]:
     """Pool the prediction sets of several run directories (e.g. one per data set) into one
     coverage and set-size box plot per method, one point per trial of each run (paper 000
@@ -181,6 +198,10 @@ def check_backend(scenario: "Scenario", backend: str) -> None:
         if backend == "inprocess" and scenario[field]:
             raise ScenarioError(field, "none with backend='inprocess' (they act on site processes): run with "
                                 f"backend='processes', or override {{'{field}': []}}", f"{len(scenario[field])} rules")
+    if backend == "inprocess" and scenario.spec().network.emulated:
+        raise ScenarioError("network", "none with backend='inprocess' (the links act on the wire): run with "
+                            "backend='processes', or predict the times from a run (quorum.predict)",
+                            "links or availability")
 
 
 def sweep(scenario: "Scenario | dict | str | Path", grid: dict | list, out: str | Path | None = None, *,

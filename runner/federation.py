@@ -28,6 +28,7 @@ from sites.storage import write_trial
 from sites.trials import TrialCache
 from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel
+from transport.emulation import LinkEmulator
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
 from transport.security import generate_keys, load_server_keys, write_public_key
@@ -78,9 +79,11 @@ class ProcessFederation:
         self.ledger = Ledger(rundir.ledger)
         self.channel = RouterChannel(bind, keys=keys)
         faults = FaultInjector(list(run.fault_rules), COORDINATOR_ID, run.seed, skip=fired) if run.fault_rules else None
+        #: the scenario's network, applied at the coordinator's socket and the shuffler's
+        self.links = LinkEmulator(run.network) if run.network.emulated else None
         self.coordinator = Coordinator(self.channel, self.events, runtime.deadlines, self.ledger, faults,
                                        adversary=self.adversary, seeded_noise=run.seeded_noise,
-                                       max_n=runtime.max_n)
+                                       max_n=runtime.max_n, links=self.links)
         self.service = replace(self.service, coordinator=self.channel.endpoint)
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
         self._hello_timeout = runtime.deadlines.hello
@@ -136,7 +139,7 @@ class ProcessFederation:
 
     def _start_shuffler(self) -> str:
         self.shuffler = ShufflerProcess(self._shuffler_bind, self.channel.endpoint, self._logs,
-                                        key_dir=self._key_dir, site_ids=self.site_ids)
+                                        key_dir=self._key_dir, site_ids=self.site_ids, links=self.links)
         endpoint = self.shuffler.start()
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
         return endpoint

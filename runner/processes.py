@@ -153,7 +153,7 @@ def _log_to(log_path: str) -> None:
 
 
 def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: str | None,
-                  site_ids: list[str], pipe) -> None:
+                  site_ids: list[str], pipe, links=None) -> None:
     import setproctitle
 
     setproctitle.setproctitle("quorum-shuffler")
@@ -169,21 +169,22 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
     client_keys = load_client_keys(key_dir, SHUFFLER_ID) if key_dir else None
     parent = multiprocessing.parent_process()
     sys.exit(serve(bind, coordinator_endpoint, on_bound=pipe.send, server_keys=server_keys,
-                   client_keys=client_keys, parent_alive=parent.is_alive if parent else None))
+                   client_keys=client_keys, parent_alive=parent.is_alive if parent else None, links=links))
 
 
 class ShufflerProcess:
     """The shuffler (shuffler.driver) in its own OS process, `quorum-shuffler`, logging to
-    LOGDIR/shuffler.log. start() returns the endpoint where sites send sealed messages."""
+    LOGDIR/shuffler.log. start() returns the endpoint where sites send sealed messages. `links`:
+    the run's network (transport.emulation.LinkEmulator), applied to the sites' sealed messages."""
 
     def __init__(self, bind: str, coordinator_endpoint: str, log_dir: Path, *, key_dir: Path | None = None,
-                 site_ids=()) -> None:
+                 site_ids=(), links=None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self._pipe, child = context.Pipe(duplex=False)
         self.process = context.Process(target=shuffler_main, name=SHUFFLER_ID, daemon=True,
                                        args=(bind, coordinator_endpoint, str(log_dir / "shuffler.log"),
-                                             str(key_dir) if key_dir else None, list(site_ids), child))
+                                             str(key_dir) if key_dir else None, list(site_ids), child, links))
 
     def start(self, timeout: float = 60.0) -> str:
         with caller_not_reimported():

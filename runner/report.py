@@ -72,8 +72,15 @@ def _cost(rows: list[dict]) -> dict:
     up, down = defaultdict(int), defaultdict(int)
     per_trial_bytes, per_trial_messages, per_trial_bits = defaultdict(int), defaultdict(int), defaultdict(int)
     phases_per_trial, phase_bytes = defaultdict(set), defaultdict(int)
+    spans: dict = {}  # (trial, session) -> [first sent, last arrival]: the session's time on the network
+    wire: dict = defaultdict(float)  # (trial, site) -> seconds its messages spent on their link
     for row in rows:
         nbytes, trial = int(row["bytes"]), row["trial"]
+        moment = row.get("ts") or 0.0  # an older ledger may have no times at all
+        sent, arrived = float(row.get("sent") or moment), float(row.get("arrived") or moment)
+        span = spans.setdefault((trial, row["session"]), [sent, arrived])
+        span[0], span[1] = min(span[0], sent), max(span[1], arrived)
+        wire[(trial, row["site"])] += arrived - sent
         (up if row["direction"] == "up" else down)[(trial, row["site"])] += nbytes
         per_trial_bytes[trial] += nbytes
         per_trial_messages[trial] += 1
@@ -97,7 +104,13 @@ def _cost(rows: list[dict]) -> dict:
         "info_bits_per_trial": bits / trials,
         "overhead_up": (8.0 * total_up / bits) if bits else None,
         "bytes_per_phase_per_trial": {phase: b / trials for phase, b in sorted(phase_bytes.items())},
+        "seconds_per_trial": sum(end - start for start, end in spans.values()) / trials,
+        "wire_seconds_per_site_mean": float(np.mean(list(wire.values()))) if wire else 0.0,
         "averaged_over": {
+            "seconds_per_trial": f"the {trials} trials: each session from its first message handed to a link to "
+                                 f"its last arrival, summed per trial, then the mean",
+            "wire_seconds_per_site_mean": f"the {len(wire)} (trial, site) pairs: the seconds their messages spent "
+                                          f"on their links, summed",
             "bytes_up_per_site_mean": f"the {len(sites)} (trial, site) pairs that sent or received a message",
             "bytes_up_per_site_max": f"the largest of the {len(sites)} (trial, site) pairs",
             "bytes_per_trial": f"the {trials} trials with a message (a sum per trial, then the mean)",
@@ -106,20 +119,40 @@ def _cost(rows: list[dict]) -> dict:
     }
 
 
-def communication_table(costs: dict[str, dict]):
+def communication_table(costs: dict[str, dict], timed: bool = False):
+    """The communication table; `timed` (a run over a scenario's network) adds the seconds per
+    trial on the network and each site's seconds on its link."""
     from rich.table import Table
 
-    table = Table(title="Communication per trial (ZMTP bytes at the coordinator's socket)")
+    title = "Communication per trial (ZMTP bytes at the coordinator's socket" + ("; seconds on the network)"
+                                                                                  if timed else ")")
+    table = Table(title=title)
     for column in ("method", "rounds", "up B/site", "up max", "down B/site", "bytes", "messages",
-                   "info bits", "overhead"):
+                   "info bits", "overhead", *(("time s", "wire s/site") if timed else ())):
         table.add_column(column, justify="left" if column == "method" else "right", no_wrap=True)
     for key, c in costs.items():
         table.add_row(key, f"{c['rounds_per_trial']:g}", f"{c['bytes_up_per_site_mean']:.1f}",
                       f"{c['bytes_up_per_site_max']:.0f}", f"{c['bytes_down_per_site_mean']:.1f}",
                       f"{c['bytes_per_trial']:.0f}", f"{c['messages_per_trial']:g}",
                       f"{c['info_bits_per_trial']:.0f}",
-                      "-" if c["overhead_up"] is None else f"{c['overhead_up']:.1f}x")
+                      "-" if c["overhead_up"] is None else f"{c['overhead_up']:.1f}x",
+                      *((f"{c['seconds_per_trial']:.3f}", f"{c['wire_seconds_per_site_mean']:.3f}") if timed else ()))
     return table
+
+
+def network_line(network: dict | None) -> str | None:
+    """One line on the run's network (summary.json's `network`), or None for loopback."""
+    if not network or not network.get("emulated"):
+        return None
+    shown = []
+    for name, p in network["profiles"].items():
+        loss = f", loss {p['loss']:g}" if p["loss"] else ""
+        rates = " / ".join(f"{p[key]:g}" if p[key] else "unlimited" for key in ("down_mbps", "up_mbps"))
+        shown.append(f"{name} ({p['sites']} sites: {p['latency_ms']:g} ms, {rates} Mbit/s down / up{loss})")
+    extra = network["availability"]
+    online = (f"; availability windows at {extra['sites_with_windows']} sites" if extra["sites_with_windows"] else "") + \
+             (f"; traces at {extra['sites_with_traces']} sites" if extra["sites_with_traces"] else "")
+    return f"network (emulated at the coordinator's socket): {', '.join(shown)}{online}"
 
 
 def run_report(summary: dict) -> list:
@@ -128,9 +161,12 @@ def run_report(summary: dict) -> list:
     from runner.privacy import privacy_line
 
     shown = result_tables(summary["methods"], summary["alpha"])
+    timed = bool((summary.get("network") or {}).get("emulated"))
     if summary["communication"]:
-        shown.append(communication_table(summary["communication"]))
+        shown.append(communication_table(summary["communication"], timed))
     shown += [sites_line(summary), privacy_line(summary["privacy"])]
+    if timed:
+        shown.append(network_line(summary["network"]))
     for attack in summary.get("attacks", []):  # a scenario's adversarial coordinator: what the sites did
         shown.append(f"attack {attack['attack']} on {attack['method']} (trial {attack['trial']}): "
                      f"{attack['answered']} answered, {attack['refused']} refused; "

@@ -10,6 +10,7 @@ Site processes live across all trials of the run.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Mapping
@@ -51,8 +52,8 @@ def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "p
     run = RunSpec.of(scenario)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
-    if (run.faults or run.attacks) and backend != "processes":
-        raise ValueError("faults and attacks act on site processes: use the processes backend")
+    if (run.faults or run.attacks or run.network.emulated) and backend != "processes":
+        raise ValueError("faults, attacks and a network act on site processes and the wire: use the processes backend")
     study = Study(run, RunDirectory(out, families=run.families), backend, resume, external_sites)
     if on_listening is not None and backend == "processes":
         on_listening(study.federation.channel.endpoint)
@@ -78,7 +79,8 @@ class Study:
         try:
             present = self.federation.start()
             events.write("run_start", scenario=run.name, backend=self.backend, sites=len(run.site_ids),
-                         present=len(present), trials=run.trials, resumed=self.resumed, already_done=len(self.done))
+                         present=len(present), trials=run.trials, resumed=self.resumed, already_done=len(self.done),
+                         cores=os.cpu_count())
             for trial in range(run.trials):
                 todo = [(index, label, method) for index, (label, method) in enumerate(run.methods)
                         if (trial, label) not in self.done]
@@ -127,6 +129,7 @@ class Study:
             "communication": communication(read_ledger(rundir.ledger)), "events": self.events.counts,
             "privacy": privacy_summary(spent, budget, seeded=run.seeded_noise),
             "placement": getattr(self.federation, "placed", None),
+            "network": run.network.describe(),
         }
         attacks = self.federation.attack_rows()  # what every attacked site did, and what each attack found
         if attacks is not None:

@@ -9,7 +9,9 @@ instants that both outputs draw:
                  coordinator, the shuffler and each site; on a site's track a span per phase from
                  the request leaving the coordinator to the site's answer arriving (or its
                  dropout), named by the phase, its category the method's label, its arguments the
-                 bytes each way and how it ended; on the coordinator's track a span per trial, per
+                 bytes each way and how it ended; under a scenario's network, inside it, a span per
+                 message on the site's link ("down request", "up response", category "link") from
+                 when it was handed to the link to its arrival; on the coordinator's track a span per trial, per
                  session and per phase; instants for every line of events.jsonl on the track it
                  concerns (dropouts, refusals, rejected messages, lost connections, scripted faults
                  the coordinator applied, joins, sessions), each carrying the line's fields and its
@@ -77,7 +79,7 @@ class Timeline:
         count = scenario.get("sites", {}).get("count", 0)
         seen = {r["site"] for r in rows} | {e.get("site") for e in events}
         tracks = [COORDINATOR, SHUFFLER] + sorted(set(site_ids(count)) | (seen - {None, COORDINATOR, SHUFFLER}))
-        spans = site_spans(rows, events) + coordinator_spans(rows, events)
+        spans = site_spans(rows, events) + coordinator_spans(rows, events) + link_spans(rows)
         instants = event_instants(events) + deadline_instants(events) + scripted_fault_instants(rows, scenario)
         up, down = byte_counters(rows)
         return cls(scenario.get("name", Path(path).name), tracks, spans, instants, up, down, events)
@@ -113,8 +115,19 @@ def _read_events(path: Path) -> list[dict]:
 
 def _typed(row: dict) -> dict:
     number = (lambda v: int(v) if v not in ("", None) else None)
+    ts = float(row["ts"])
     return {**row, "trial": number(row["trial"]), "session": number(row["session"]), "bytes": int(row["bytes"]),
-            "accepted": row["accepted"] == "1", "ts": float(row["ts"])}
+            "accepted": row["accepted"] == "1", "ts": ts, "sent": float(row.get("sent") or ts),
+            "arrived": float(row.get("arrived") or ts)}
+
+
+def link_spans(rows: list[dict]) -> list[Span]:
+    """A span per message on an emulated link (a scenario's network), on its site's track, from
+    when it was handed to the link to when the link delivered it: "down request", "up response"..."""
+    return [Span(row["site"], f"{row['direction']} {row['type']}", row["sent"], row["arrived"], "link",
+                 {"bytes": row["bytes"], "link": row.get("link", ""), "phase": row["phase"],
+                  "seconds": round(row["arrived"] - row["sent"], 6)})
+            for row in rows if row["arrived"] > row["sent"] and row["site"] != SHUFFLER]
 
 
 def site_spans(rows: list[dict], events: list[dict]) -> list[Span]:

@@ -32,6 +32,7 @@ from protocol.policy import POLICY_FIELDS, SitePolicy
 from specs.plugins import PluginError, is_import_path
 from specs.schema import Problems, ScenarioError, apply_overrides, read_yaml, validate
 from transport.faults import FAULT_FIELDS, check_fault
+from transport.links import NETWORK_FIELDS, network_problems
 
 SCENARIO_FIELDS = {
     "name": {"type": "str"},
@@ -57,6 +58,8 @@ SCENARIO_FIELDS = {
     "faults": {"type": "list", "of": {"type": "map", "fields": FAULT_FIELDS}, "default": []},
     # a coordinator that attacks its own sites (coordinator.adversary): site-side defences tested
     "attacks": {"type": "list", "of": {"type": "map", "fields": ATTACK_FIELDS}, "default": []},
+    # the sites' links and when they are online (transport.links), emulated at the coordinator
+    "network": {"type": "map", "fields": NETWORK_FIELDS},
     "runtime": {"type": "map", "fields": {
         "bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
         "shuffler_bind": {"type": "str", "default": "tcp://127.0.0.1:*"},
@@ -265,6 +268,8 @@ def _cross_checks(s: dict):
                                 fault["method"])
         yield from _fault_reach(fault, index, s, labels)
     yield from _policy_checks(s)
+    for field, expectation, got in network_problems(s["network"], site_ids(s["sites"]["count"])):
+        yield ScenarioError(f"network.{field}", expectation, got)
     for index, attack in enumerate(s["attacks"]):
         if attack["method"] not in labels:
             yield ScenarioError(f"attacks[{index}].method", "one of the methods' labels: " + ", ".join(labels),

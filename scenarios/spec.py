@@ -6,6 +6,7 @@
     run.runtime                     # Runtime: sockets, security, deadlines, placement, launcher
     run.site_service(...)           # sites.service.SiteService: what a site host serves with
     run.fault_rules                 # transport.faults.FaultRule: the faults, their sites drawn once
+    run.network                     # transport.links.Network: each site's link and availability
 
 A site host, a trial's world and a Ray actor each get one of these values, never the scenario
 mapping and a dozen keywords; `mapping` is the scenario as run (scenario.yaml, and what a resumed
@@ -24,6 +25,7 @@ from protocol.noise import NOT_PRIVATE
 from scenarios.scenario import method_params, plugin_paths, validate_scenario
 from sites.service import SiteService
 from transport.faults import FaultRule, resolve_rules
+from transport.links import Network, network_of
 from world.trial import WorldSpec
 
 
@@ -61,6 +63,7 @@ class RunSpec:
     faults: tuple[Mapping[str, Any], ...]
     fault_rules: tuple[FaultRule, ...]  # the faults with their sites drawn (once, from the seed)
     attacks: tuple[Mapping[str, Any], ...]
+    network: Network  # the sites' links and availability (transport.links); loopback by default
     mapping: Mapping[str, Any]  # the validated scenario: what scenario.yaml holds
 
     @classmethod
@@ -75,7 +78,7 @@ class RunSpec:
         rules = resolve_rules(s["faults"], world.site_ids, s["seed"], [label for label, _ in methods])
         return cls(s["name"], s["trials"], s["seed"], s["alpha"], world, methods, s["sites"]["budget"],
                    s["sites"]["policy"], Runtime.of(s["runtime"]), tuple(s["faults"]), tuple(rules),
-                   tuple(s["attacks"]), s)
+                   tuple(s["attacks"]), network_of(s["network"], world.site_ids, s["seed"]), s)
 
     @property
     def site_ids(self) -> list[str]:

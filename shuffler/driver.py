@@ -10,7 +10,8 @@ its batch. Sites send `sealed` messages; the batch (protocol.shuffle.ShuffleBatc
 as one `batch` message when complete or at its deadline (without its ciphertexts when fewer than
 the minimum arrived), and closed: a sealed message for a forwarded batch is refused as late. Every refusal is logged with its reason; the log names
 senders, sessions and byte counts, never a ciphertext's content. The process has no key that
-opens a ciphertext: the session keys live in the coordinator's codec.
+opens a ciphertext: the session keys live in the coordinator's codec. Under a scenario's network
+(transport.emulation) a sealed message is held until its sender's uplink delivers it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from protocol.phases import SequenceGuard
 from protocol.shuffle import ShuffleBatch
 from protocol.wire import COORDINATOR_TO_SHUFFLER, SHUFFLER_ID, SITE_TO_SHUFFLER
 from transport.channel import RouterChannel, DealerChannel, orphaned
+from transport.emulation import Held, LinkEmulator
 from transport.security import ClientKeys, ServerKeys
 
 log = logging.getLogger("quorum.shuffler")
@@ -32,7 +34,8 @@ FORGET_AFTER = 10_000  # forwarded (session, phase) pairs remembered to call lat
 
 
 def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: ServerKeys | None = None,
-          client_keys: ClientKeys | None = None, parent_alive=None, idle_timeout: float | None = None) -> int:
+          client_keys: ClientKeys | None = None, parent_alive=None, idle_timeout: float | None = None,
+          links: LinkEmulator | None = None) -> int:
     """Serve until the coordinator says shutdown. on_bound(endpoint) is called once the sites'
     socket is bound (the launcher passes the endpoint on to the sites)."""
     sites = RouterChannel(bind, keys=server_keys)
@@ -48,10 +51,12 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
     open_batches: dict[tuple[int, str], tuple[ShuffleBatch, float]] = {}
     forwarded: list[tuple[int, str]] = []
     site_guard, coordinator_guard = SequenceGuard(), SequenceGuard()
+    held = Held()  # sealed messages on their way over their senders' uplinks (a scenario's network)
     last_heard = time.monotonic()
     try:
         while True:
             due = min((deadline for _, deadline in open_batches.values()), default=time.monotonic() + 1.0)
+            due = min(due, held.next_due() or due)
             ready = dict(poller.poll(max(0, int(1000 * min(1.0, due - time.monotonic())))))
             if upstream.socket in ready:
                 last_heard = time.monotonic()
@@ -86,7 +91,16 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
             if sites.socket in ready:
                 incoming = sites.receive(0)
                 sites.lost.clear()  # the coordinator tells which sites it lost (batch_lost)
-                _offer(incoming, open_batches, forwarded, site_guard)
+                arrival = time.monotonic() if incoming is None or links is None else \
+                    links.arrival(incoming.peer, "up", incoming.nbytes, time.monotonic())
+                if arrival is None:
+                    log.info("a message of %d bytes from %s was lost on its link", incoming.nbytes, incoming.peer)
+                elif arrival > time.monotonic():
+                    held.put(arrival, incoming)
+                else:
+                    _offer(incoming, open_batches, forwarded, site_guard)
+            while (released := held.pop_due(time.monotonic())) is not None:
+                _offer(released, open_batches, forwarded, site_guard)
             now = time.monotonic()
             for key, (batch, deadline) in list(open_batches.items()):
                 if batch.complete or now >= deadline:

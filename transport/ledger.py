@@ -25,8 +25,11 @@ from pathlib import Path
 
 GREETING_BYTES = 64
 CURVE_MESSAGE_OVERHEAD = 33
+#: ts: Unix time the message left or arrived at the coordinator's socket (s, to 1 us); sent and
+#: arrived: when it was handed to its link and when the link delivered it (equal to ts at the
+#: socket's end; apart under a scenario's network), link: the site's profile (transport.links)
 LEDGER_COLUMNS = ["trial", "session", "method", "codec", "phase", "site", "direction", "type", "bytes",
-                  "info_bits", "accepted", "ts"]  # ts: Unix time the message left or arrived (s, to 1 us)
+                  "info_bits", "accepted", "ts", "sent", "arrived", "link"]
 
 
 def frame_bytes(length: int) -> int:
@@ -99,9 +102,13 @@ class Ledger:
     def record(self, *, site: str, direction: str, mtype: str, nbytes: int, info_bits: int = 0,
                accepted: bool = True, **override) -> dict:
         """Add one row (tags from `context`, then `override`); returns it for later updates."""
-        row = {"trial": "", "session": "", "method": "", "codec": "", "phase": "", **self.context,
+        now = round(time.time(), 6)
+        row = {"trial": "", "session": "", "method": "", "codec": "", "phase": "", "link": "", **self.context,
                **override, "site": site, "direction": direction, "type": mtype, "bytes": int(nbytes),
-               "info_bits": int(info_bits), "accepted": int(bool(accepted)), "ts": round(time.time(), 6)}
+               "info_bits": int(info_bits), "accepted": int(bool(accepted)), "ts": now, "arrived": now}
+        row["sent"] = round(row.get("sent", now), 6)
+        if direction == "down":  # the coordinator's socket is where a message to a site leaves
+            row["ts"] = row["sent"]
         self.rows.append(row)
         self._pending.append(row)
         return row

@@ -2,8 +2,10 @@
 
 Both drivers send every message through an Outbox. Without faults it sends at once. With a
 FaultInjector it sends what the injector lets through, keeps delayed and held messages until
-their time, and reports each message that actually left (its destination, type and wire size)
-to `on_sent`, so the ledger counts what travelled rather than what was meant to.
+their time, and reports each message that actually left (its destination, type and wire size,
+and when it was handed over) to `on_sent`, so the ledger counts what travelled rather than what
+was meant to. With `link(peer, data, due)` (transport.emulation, a scenario's network) each
+message leaves when the peer's link delivers it (None: the link dropped it).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from transport.faults import FaultInjector
 
 class Outbox:
     def __init__(self, send_raw: Callable[[str | None, bytes], int | None], faults: FaultInjector | None = None,
-                 on_sent: Callable[[str | None, str, int], None] | None = None) -> None:
-        self._send_raw, self.faults, self.on_sent = send_raw, faults, on_sent
-        self.queue: list[tuple[float, bytes, str | None, str]] = []  # (due, data, peer, type)
+                 on_sent: Callable[[str | None, str, int, float], None] | None = None,
+                 link: Callable[[str | None, bytes, float], float | None] | None = None) -> None:
+        self._send_raw, self.faults, self.on_sent, self.link = send_raw, faults, on_sent, link
+        self.queue: list[tuple[float, bytes, str | None, str, float]] = []  # (due, data, peer, type, handed over)
 
     def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, session=None, delay=0.0) -> bool:
         """Queue or send one packed message; False if it could not leave at once (not connected).
@@ -30,10 +33,16 @@ class Outbox:
             items = self.faults.transform(data, now + delay, trial, phase, session, peer)
         ok = True
         for due, payload, destination in items:
-            if due <= now:
-                ok = self._emit(destination, payload, mtype) and ok
+            if self.link is not None:
+                handed, due = due, self.link(destination, payload, due)
+                if due is None:  # the link dropped it: it never arrives
+                    continue
             else:
-                self.queue.append((due, payload, destination, mtype))
+                handed = due
+            if due <= now:
+                ok = self._emit(destination, payload, mtype, handed) and ok
+            else:
+                self.queue.append((due, payload, destination, mtype, handed))
         return ok
 
     def flush(self) -> None:
@@ -41,9 +50,9 @@ class Outbox:
         ready = [item for item in self.queue if item[0] <= now]
         self.queue = [item for item in self.queue if item[0] > now]
         if self.faults is not None:
-            ready += [(t, d, p, "held") for t, d, p in self.faults.due(now)]
-        for _, data, peer, mtype in ready:
-            self._emit(peer, data, mtype)
+            ready += [(t, d, p, "held", t) for t, d, p in self.faults.due(now)]
+        for _, data, peer, mtype, handed in sorted(ready, key=lambda item: item[0]):
+            self._emit(peer, data, mtype, handed)
 
     def next_due(self) -> float | None:
         times = [item[0] for item in self.queue]
@@ -55,10 +64,10 @@ class Outbox:
         due = self.next_due()
         return default if due is None else max(0.0, min(default, due - time.monotonic()))
 
-    def _emit(self, peer, data, mtype) -> bool:
+    def _emit(self, peer, data, mtype, handed: float) -> bool:
         nbytes = self._send_raw(peer, data)
         if nbytes is None:
             return False
         if self.on_sent is not None:
-            self.on_sent(peer, mtype, nbytes)
+            self.on_sent(peer, mtype, nbytes, handed)
         return True
