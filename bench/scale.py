@@ -32,9 +32,16 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY_FLOOR = 2 * 2**30  # stop the run when the machine has less than this available
 
 
-def scenario(m: int, trials: int, methods: tuple[str, ...] = ("fedcp_qq", "centralized")) -> dict:
+#: --network mixed: every site on a link drawn from these (issue 39: links emulated at scale)
+MIXED = {"default": "broadband", "links": [{"sites": "all", "mix": {"broadband": 2, "mobile-4g": 2, "mobile-3g": 1},
+                                            "seed": 1}]}
+
+
+def scenario(m: int, trials: int, methods: tuple[str, ...] = ("fedcp_qq", "centralized"),
+             network: str | None = None) -> dict:
     per_site, calibration = 20, 0.8
     return {
+        **({"network": MIXED if network == "mixed" else {"default": network}} if network else {}),
         "name": f"scale-{m}", "seed": 0, "trials": trials, "alpha": 0.1,
         "data": {"source": "synthetic", "generator": "romano2019", "n": int(per_site * m / calibration) + 10},
         "split": {"train": 0.1, "calibration": calibration, "test": 0.1},
@@ -124,8 +131,9 @@ def run_watched(spec: dict, workdir: Path) -> tuple[dict, Path]:
     return result, out
 
 
-def run_one(m: int, trials: int, workdir: Path, methods: tuple[str, ...] = ("fedcp_qq", "centralized")) -> dict:
-    result, out = run_watched(scenario(m, trials, methods), workdir)
+def run_one(m: int, trials: int, workdir: Path, methods: tuple[str, ...] = ("fedcp_qq", "centralized"),
+            network: str | None = None) -> dict:
+    result, out = run_watched(scenario(m, trials, methods, network), workdir)
     if result["exit_code"] != 0:
         return result
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
@@ -152,6 +160,9 @@ def run_one(m: int, trials: int, workdir: Path, methods: tuple[str, ...] = ("fed
     summary = json.loads((out / "summary.json").read_text())
     result["communication"] = {k: v for k, v in summary["communication"].items() if k in methods}
     result["dropouts"] = sum(1 for e in events if e["event"] == "dropout")
+    if network:
+        result["network"] = {"name": network, **summary["network"]}
+        result["seconds_per_trial"] = {k: round(v["seconds_per_trial"], 3) for k, v in result["communication"].items()}
     return result
 
 
@@ -159,12 +170,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sites", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "scale.json"))
+    parser.add_argument("--network", default=None,
+                        help="every site on this link profile, or 'mixed' (broadband, 4G and 3G): links at scale")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    args.out = args.out or str(ROOT / "bench" / "results" / (f"scale-{args.network}.json" if args.network
+                                                             else "scale.json"))
     results = []
     with tempfile.TemporaryDirectory(prefix="quorum-scale-") as tmp:
         for m in args.sites:
-            result = run_one(m, args.trials, Path(tmp))
+            result = run_one(m, args.trials, Path(tmp), network=args.network)
             print(json.dumps({k: v for k, v in result.items() if k != "trials_timing"}), flush=True)
             results.append(result)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -171,6 +171,13 @@ class RunDirectory:
     def read_results(self) -> list[dict]:
         return _read(self.results)
 
+    def write_wire(self, rows: list[dict], columns: list[str]) -> None:
+        """wire.csv (runner.report.wire_rows): what each site's link carried, per phase."""
+        with open(self.path / "wire.csv", "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({key: csv_cell(row.get(key)) for key in columns} for row in rows)
+
     def write_attacks(self, rows: list[dict]) -> None:
         with open(self.attacks, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=ATTACK_COLUMNS)

@@ -44,29 +44,37 @@ def _by_family(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def cost_plots(rows: list[dict], keys: list[str], out: Path) -> list[Path]:
-    """cost_vs_KEY.png: bytes up per site against each numeric swept value, a line per method."""
+    """cost_vs_KEY.png: per method, bytes up per site (left) and seconds per trial on the network
+    (right: each session from its first message handed to a link to its last arrival) against
+    each swept value; a sweep over network profiles shows time and bytes side by side."""
     paths = []
     by_method = defaultdict(list)
     for row in rows:
         by_method[row["method"]].append(row)
     for key in keys:
         values = [row[key] for row in rows]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            continue
-        fig, axis = pyplot().subplots(figsize=(7, 4.5))
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        order = {v: i for i, v in enumerate(dict.fromkeys(values))}  # a categorical grid (profiles) in its order
+        fig, (left, right) = pyplot().subplots(1, 2, figsize=(12, 4.5))
         for number, (method, items) in enumerate(by_method.items()):
-            points = sorted((r[key], r["bytes_up_per_site"]) for r in items if r["bytes_up_per_site"] is not None)
-            if points:  # distinct markers and dashes: methods of equal cost would hide each other
-                axis.plot(*zip(*points), marker=MARKERS[number % len(MARKERS)],
-                          linestyle=DASHES[number % len(DASHES)], alpha=0.8,
-                          label=f"{method} ({items[0]['codec']})")
-        if not axis.get_legend_handles_labels()[0]:  # an in-process sweep sends no bytes
+            style = dict(marker=MARKERS[number % len(MARKERS)], linestyle=DASHES[number % len(DASHES)], alpha=0.8,
+                         label=f"{method} ({items[0]['codec']})")
+            for axis, measure in ((left, "bytes_up_per_site"), (right, "seconds_per_trial")):
+                points = sorted(((r[key] if numeric else order[r[key]]), r[measure]) for r in items
+                                if r.get(measure) is not None)
+                if points:  # distinct markers and dashes: methods of equal cost would hide each other
+                    axis.plot(*zip(*points), **style)
+        if not left.get_legend_handles_labels()[0]:  # an in-process sweep sends no bytes
             pyplot().close(fig)
             continue
-        axis.set_xlabel(key)
-        axis.set_ylabel("bytes up per site and trial")
-        axis.set_yscale("log")
-        axis.set_title(f"communication cost against {key}")
-        axis.legend(fontsize=8)
+        for axis, label in ((left, "bytes up per site and trial"), (right, "seconds per trial on the network")):
+            axis.set_xlabel(key)
+            axis.set_ylabel(label)
+            axis.set_yscale("log")
+            if not numeric:
+                axis.set_xticks(list(order.values()), [str(v) for v in order], rotation=20, ha="right")
+        left.set_title(f"communication cost against {key}")
+        right.set_title(f"time against {key}")
+        left.legend(fontsize=8)
         paths.append(save(fig, out / f"cost_vs_{key.replace('.', '_').replace('*', 'all')}.png"))
     return paths

@@ -119,6 +119,37 @@ def _cost(rows: list[dict]) -> dict:
     }
 
 
+WIRE_COLUMNS = ["trial", "method", "phase", "site", "link", "bytes_down", "bytes_up", "down_s", "up_s", "at_site_s"]
+
+
+def wire_rows(rows: list[dict]) -> list[dict]:
+    """wire.csv: per trial, method, phase and site, the bytes each way, the seconds its messages
+    spent on the site's link each way (`down_s`, `up_s`: from handed over to delivered) and the
+    seconds between its request arriving and its answer leaving the site (`at_site_s`)."""
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        if not row["method"]:
+            continue
+        key = (row["trial"], row["method"], row["phase"], row["site"])
+        item = out.setdefault(key, {"trial": row["trial"], "method": row["method"], "phase": row["phase"],
+                                    "site": row["site"], "link": row.get("link", ""), "bytes_down": 0, "bytes_up": 0,
+                                    "down_s": 0.0, "up_s": 0.0, "_reached": None, "_left": None})
+        moment = row.get("ts") or 0.0
+        sent, arrived = float(row.get("sent") or moment), float(row.get("arrived") or moment)
+        direction = row["direction"]
+        item[f"bytes_{direction}"] += int(row["bytes"])
+        item[f"{direction}_s"] += arrived - sent
+        if direction == "down":
+            item["_reached"] = arrived if item["_reached"] is None else min(item["_reached"], arrived)
+        else:
+            item["_left"] = sent if item["_left"] is None else max(item["_left"], sent)
+    for item in out.values():
+        reached, left = item.pop("_reached"), item.pop("_left")
+        item["at_site_s"] = round(left - reached, 6) if reached is not None and left is not None else None
+        item["down_s"], item["up_s"] = round(item["down_s"], 6), round(item["up_s"], 6)
+    return list(out.values())
+
+
 def communication_table(costs: dict[str, dict], timed: bool = False):
     """The communication table; `timed` (a run over a scenario's network) adds the seconds per
     trial on the network and each site's seconds on its link."""

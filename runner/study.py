@@ -22,7 +22,7 @@ from runner.heterogeneity import HeterogeneityReport
 from runner.outputs import ResumeError, RunDirectory  # noqa: F401 (ResumeError: the API's)
 from runner.plots import run_plots
 from runner.privacy import privacy_rows, privacy_summary, read_accounts, session_labels, write_privacy
-from runner.report import communication, summarize
+from runner.report import WIRE_COLUMNS, communication, summarize, wire_rows
 from runner.timeline import draw_timeline
 from runner.trace import Timeline, write_trace
 from scenarios.spec import RunSpec
@@ -120,13 +120,15 @@ class Study:
         budget = Budget.from_spec(run.budget)
         spent = privacy_rows(read_accounts(rundir.work, run.site_ids, budget), session_labels(run.labels, run.trials))
         write_privacy(rundir.privacy, spent)
+        ledger = read_ledger(rundir.ledger)
+        rundir.write_wire(wire_rows(ledger), WIRE_COLUMNS)
         summary = {
             "scenario": run.name, "backend": self.backend, "alpha": run.alpha, "trials": self.completed,
             "sites": len(run.site_ids), "device": self.model_device,
             "site_devices": sorted(self.site_devices) or [self.model_device], "heterogeneity": self.report.summary(),
             "security": run.runtime.security if self.backend == "processes" else "none",
             "seconds": round(time.time() - self.started, 3), "methods": summarize(rundir.read_results()),
-            "communication": communication(read_ledger(rundir.ledger)), "events": self.events.counts,
+            "communication": communication(ledger), "events": self.events.counts,
             "privacy": privacy_summary(spent, budget, seeded=run.seeded_noise),
             "placement": getattr(self.federation, "placed", None),
             "network": run.network.describe(),

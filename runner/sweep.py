@@ -33,7 +33,7 @@ from specs.schema import ScenarioError
 SWEEP_HEAD = ["method", "result", "codec", "privacy", "epsilon", "trials", "ok", "infinite", "aborted",
               "epsilon_obtained_max"]
 SWEEP_TAIL = ["bytes_up_per_site", "bytes_down_per_site", "bytes_per_trial", "messages_per_trial",
-              "rounds_per_trial", "info_bits_per_trial", "overhead_up", "run"]
+              "rounds_per_trial", "info_bits_per_trial", "overhead_up", "seconds_per_trial", "run"]
 
 
 def parse_grid(items: list[str]) -> list[tuple[str, list]]:
@@ -95,7 +95,8 @@ def run_sweep(scenario: dict, grid: list[tuple[str, list]], out: Path, *, backen
                 "bytes_down_per_site": cost.get("bytes_down_per_site_mean"),
                 "bytes_per_trial": cost.get("bytes_per_trial"), "messages_per_trial": cost.get("messages_per_trial"),
                 "rounds_per_trial": cost.get("rounds_per_trial"), "info_bits_per_trial": cost.get("info_bits_per_trial"),
-                "overhead_up": cost.get("overhead_up"), "run": str(out / name),
+                "overhead_up": cost.get("overhead_up"), "seconds_per_trial": cost.get("seconds_per_trial"),
+                "run": str(out / name),
             })
             rows.append(row)
         _write(out / "sweep.csv", keys, rows)  # rewritten after every combination: nothing lost

@@ -132,7 +132,7 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
     from protocol.methods.private_bin import bin_spend
 
     began = time.monotonic()
-    with pytest.raises(RequestError, match=f"messages in \\[1, {MAX_CLAIMED}\\]"):
+    with pytest.raises(RequestError, match=f"central.messages': expected an integer >= 1 and <= {MAX_CLAIMED}"):
         bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
                    "central": {"epsilon": 0.1, "delta": 1e-6, "messages": 2**62}})
     public = {"c": 10, "sigma2": 2.0, "bins": {"lo": 0.0, "hi": 1.0, "count": 4}, "histogram": "flat",

@@ -52,6 +52,8 @@ def test_a_message_arrives_after_latency_plus_serialization_over_real_sockets(tm
         floor = sum(transfer_seconds(int(r["bytes"]), slow, r["direction"]) for r in own)
         assert floor <= sessions[label] - starts[label] <= floor + 0.5
     assert run.summary["network"]["profiles"]["slow"]["sites"] == 4
+    wire = list(csv.DictReader(open(tmp_path / "run" / "wire.csv")))  # per trial, method, phase and site
+    assert len(wire) == 8 and all(float(w["down_s"]) >= 0.06 and float(w["up_s"]) >= 0.06 for w in wire)
     assert run.summary["communication"]["centralized"]["seconds_per_trial"] >= 0.12  # 61 ms down, 77 up
 
 
