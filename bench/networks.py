@@ -5,9 +5,10 @@ Three groups, each at m sites over real site processes (site hosts where m is la
   ddg         paper 001's distributed discrete Gaussian quantile (SecAgg+, flat histogram)
   learning    FedType against FedAvg, rounds of local training (blobs, one round by default)
 Networks: datacentre, broadband, and mobile (a seeded mix of 4G and 3G, the phones online
-07:00-23:00 on a clock running from 22:58:30 at ten minutes per second, so they drop off during
-the run). For each (group, m, network) the run is emulated at the coordinator's socket, and the
-same sessions are predicted from one loopback run of the group (runner.predict): the JSON holds
+07:00-23:00 on a clock running from 22:55 at a minute per second, so they drop off five seconds
+into the run: at join, a trial's first phase, or mid-session). For each (group, m, network) the run is emulated at the coordinator's socket, and the
+same sessions are predicted from one loopback run of the group (runner.predict; after a one-trial
+loopback run that warms the machine up, so no run pays for cold caches): the JSON holds
 per method the mean session seconds emulated and predicted, their ratio, the dropouts per
 session (and how many were `offline`), the statuses and the epsilon obtained.
 
@@ -57,7 +58,7 @@ NETWORKS = {
     "broadband": {"default": "broadband"},
     "mobile": {"default": "mobile-4g", "links": [{"sites": "all", "mix": {"mobile-4g": 3, "mobile-3g": 1}, "seed": 2}],
                "availability": [{"sites": {"fraction": 0.3, "seed": 1}, "online": [[25200, 82800]], "period": 86400}],
-               "clock": {"start": 82710, "scale": 600}},
+               "clock": {"start": 82500, "scale": 60}},
 }
 
 
@@ -88,6 +89,9 @@ def per_method(run_dir: Path) -> dict[str, dict]:
         seconds[item["label"]].append(item["seconds"])
     dropouts, offline, sessions = defaultdict(int), defaultdict(int), defaultdict(int)
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    joins = [e for e in events if e["event"] == "trial_open"]
+    offline_at_join = sum(1 for e in events if e["event"] == "dropout" and e.get("phase") == "join"
+                          and e.get("reason") == "offline") / max(1, len(joins))
     labels = {e["session"]: e["label"] for e in events if e["event"] == "session_start"}
     for event in events:
         if event["event"] == "dropout" and event.get("session") in labels:
@@ -105,6 +109,7 @@ def per_method(run_dir: Path) -> dict[str, dict]:
         item["seconds"] = sum(seconds[label]) / max(1, len(seconds[label]))
         item["dropouts_per_session"] = dropouts[label] / max(1, sessions[label])
         item["offline_per_session"] = offline[label] / max(1, sessions[label])
+        item["offline_at_join_per_trial"] = offline_at_join
         item["statuses"] = dict(item["statuses"])
         obtained = item.pop("epsilon_obtained")
         item["epsilon_obtained_mean"] = sum(obtained) / len(obtained) if obtained else None
@@ -124,6 +129,7 @@ def main() -> None:
         for m in [int(v) for v in args.sites.split(",")]:
             with tempfile.TemporaryDirectory() as tmp:
                 loopback = Path(tmp) / "loopback"
+                run_study(scenario(group, m, 1, None), Path(tmp) / "warm-up")
                 began = time.perf_counter()
                 run_study(scenario(group, m, args.trials, None), loopback)
                 print(f"{group} m={m} loopback: {time.perf_counter() - began:.1f} s", flush=True)
@@ -147,13 +153,14 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"machine": platform.platform(), "trials": args.trials,
                                           "results": results}, indent=2))
-    print("| group | sites | network | method | session s (emulated) | predicted s | ratio | dropouts / session "
-          "(offline) | statuses | epsilon obtained |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| group | sites | network | method | session s (emulated) | predicted s | ratio | offline at join "
+          "/ trial | dropouts / session (offline) | statuses | epsilon obtained |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         eps = "-" if r["epsilon_obtained_mean"] is None else f"{r['epsilon_obtained_mean']:.3g}"
         print(f"| {r['group']} | {r['sites']} | {r['network']} | {r['method']} | {r['seconds']:.3f} | "
-              f"{r['predicted_seconds']:.3f} | {r['predicted_over_emulated']:.2f} | {r['dropouts_per_session']:.1f} "
+              f"{r['predicted_seconds']:.3f} | {r['predicted_over_emulated']:.2f} | {r['offline_at_join_per_trial']:.1f} | "
+              f"{r['dropouts_per_session']:.1f} "
               f"({r['offline_per_session']:.1f}) | {', '.join(f'{k} {v}' for k, v in r['statuses'].items())} | {eps} |")
     print(f"written {args.out}")
 

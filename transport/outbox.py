@@ -10,6 +10,8 @@ message leaves when the peer's link delivers it (None: the link dropped it).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from typing import Callable
 
@@ -21,7 +23,10 @@ class Outbox:
                  on_sent: Callable[[str | None, str, int, float], None] | None = None,
                  link: Callable[[str | None, bytes, float], float | None] | None = None) -> None:
         self._send_raw, self.faults, self.on_sent, self.link = send_raw, faults, on_sent, link
-        self.queue: list[tuple[float, bytes, str | None, str, float]] = []  # (due, data, peer, type, handed over)
+        #: a heap of (due, order, data, peer, type, handed over): thousands of messages held on their
+        #: links cost a log per message, not a scan per wake-up
+        self.queue: list[tuple[float, int, bytes, str | None, str, float]] = []
+        self._order = itertools.count()
 
     def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, session=None, delay=0.0) -> bool:
         """Queue or send one packed message; False if it could not leave at once (not connected).
@@ -42,20 +47,21 @@ class Outbox:
             if due <= now:
                 ok = self._emit(destination, payload, mtype, handed) and ok
             else:
-                self.queue.append((due, payload, destination, mtype, handed))
+                heapq.heappush(self.queue, (due, next(self._order), payload, destination, mtype, handed))
         return ok
 
     def flush(self) -> None:
         now = time.monotonic()
-        ready = [item for item in self.queue if item[0] <= now]
-        self.queue = [item for item in self.queue if item[0] > now]
+        ready = []
+        while self.queue and self.queue[0][0] <= now:
+            ready.append(heapq.heappop(self.queue))
         if self.faults is not None:
-            ready += [(t, d, p, "held", t) for t, d, p in self.faults.due(now)]
-        for _, data, peer, mtype, handed in sorted(ready, key=lambda item: item[0]):
+            ready += [(t, -1, d, p, "held", t) for t, d, p in self.faults.due(now)]
+        for _, _, data, peer, mtype, handed in sorted(ready, key=lambda item: item[:2]):
             self._emit(peer, data, mtype, handed)
 
     def next_due(self) -> float | None:
-        times = [item[0] for item in self.queue]
+        times = [self.queue[0][0]] if self.queue else []
         if self.faults is not None and self.faults.next_release() is not None:
             times.append(self.faults.next_release())
         return min(times, default=None)
