@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from protocol.accounting import MAX_CLAIMED, Spend
-from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError
+from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Method, Outcome, RequestError, checked
 from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
@@ -230,15 +230,7 @@ def ddg_spend(public) -> Spend:
     """The central (epsilon, delta) a site counts for one DDG sum, checked against theorem 1 / 2
     for the request's c, sigma^2, bins and planned number of noisy inputs (RequestError if the
     claim is not backed)."""
-    central = public["central"]
-    if (not isinstance(central, dict) or set(central) != {"epsilon", "delta", "inputs", "accounting"}
-            or isinstance(central["inputs"], bool) or not isinstance(central["inputs"], int)
-            or not 1 <= central["inputs"] <= MAX_CLAIMED
-            or central["accounting"] not in ACCOUNTING
-            or not all(isinstance(central[k], (int, float)) and not isinstance(central[k], bool) for k in ("epsilon", "delta"))
-            or not 0 < central["epsilon"] < math.inf or not 0 < central["delta"] < 1):
-        raise RequestError(f"central must be {{epsilon, delta, inputs in [1, {MAX_CLAIMED}], accounting}}, "
-                           f"got {central!r}")
+    central = checked(CENTRAL, public["central"], "central")
     count = public["bins"]["count"]
     backed = histogram_epsilon(public["c"], central["inputs"], float(public["sigma2"]), count,
                                public["histogram"] == "hierarchical", float(central["delta"]), central["accounting"])
@@ -250,20 +242,27 @@ def ddg_spend(public) -> Spend:
                  contributors=int(central["inputs"]))
 
 
+#: the central guarantee a DDG request claims: (epsilon, delta) over `inputs` noisy inputs, accounted so
+CENTRAL = {"type": "map", "fields": {"epsilon": {"type": "float", "gt": 0, "finite": True},
+                                     "delta": {"type": "float", "gt": 0, "lt": 1},
+                                     "inputs": {"type": "int", "min": 1, "max": MAX_CLAIMED},
+                                     "accounting": {"type": "str", "choices": list(ACCOUNTING)}}}
+#: the method's public parameters in the advertise request: the scale c, sigma^2 (lemma 9's 1/4 at
+#: least; at most what fits 64-bit draws, checked after), the bins, the histogram
+PUBLIC = {"type": "map", "fields": {"c": {"type": "int", "min": 1},
+                                    "sigma2": {"type": "float", "ge": 0.25, "finite": True},
+                                    "bins": {"type": "any"}, "histogram": {"type": "str", "choices": ["flat", "hierarchical"]},
+                                    "central": {"type": "any"}}}
+
+
 def check_public(public) -> Spend:
     """A site's own check of the parameters it is asked to use, before it makes any key; returns
     the central guarantee they back (ddg_spend)."""
-    if set(public) != {"c", "sigma2", "bins", "histogram", "central"}:
-        raise RequestError(f"expected c, sigma2, bins, histogram and central; got {sorted(public)}")
-    c, sigma2, bins = public["c"], public["sigma2"], public["bins"]
-    if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-        raise RequestError(f"c must be a positive integer, got {c!r}")
-    if isinstance(sigma2, bool) or not isinstance(sigma2, (int, float)) or not 0.25 <= sigma2 <= max_sigma2():
-        raise RequestError(f"sigma^2 must be in [1/4 (lemma 9), {max_sigma2():.4g} (draws that fit 64-bit "
-                           f"integers, protocol.noise.max_sigma2)], got {sigma2!r}")
-    if public["histogram"] not in ("flat", "hierarchical"):
-        raise RequestError(f"unknown histogram {public['histogram']!r}")
-    count = bins_from_request(bins, min_count=2, max_count=MAX_BINS).count
+    public = checked(PUBLIC, public, "advertise request.method")
+    if public["sigma2"] > max_sigma2():
+        raise RequestError(f"sigma^2 must be at most {max_sigma2():.4g} (draws that fit 64-bit integers, "
+                           f"protocol.noise.max_sigma2), got {public['sigma2']!r}")
+    count = bins_from_request(public["bins"], min_count=2, max_count=MAX_BINS).count
     if public["histogram"] == "hierarchical" and count & (count - 1):
         raise RequestError("a hierarchical histogram needs a power-of-two bin count")
     return ddg_spend(public)  # the central guarantee claimed must follow from these parameters

@@ -17,8 +17,9 @@ import numpy as np
 
 from protocol.codecs.summary import Summary
 from protocol.accounting import Spend
-from protocol.methods.base import (LEVELS, LEVELS_SPEC, CoordinatorHalf, Method, OneShotMethod, Outcome, Planned,
-                                   RequestError, Send, SiteHalf, expect_empty, levels_from_request, two_sample_values)
+from protocol.methods.base import (LEVELS, LEVELS_REQUEST, LEVELS_SPEC, CoordinatorHalf, Method, OneShotMethod,
+                                   Outcome, Planned, RequestError, Send, SiteHalf, checked, expect_empty,
+                                   two_sample_values)
 from protocol.phases import Phase, PhaseStep, PhaseTable
 from results.estimates import Estimates
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
@@ -121,13 +122,12 @@ class SiteMoments(SiteHalf):
     def __init__(self, rows):
         self.rows = rows
 
+    REQUEST = {"type": "map", "fields": {"grid": {"type": "list", "min_len": 2, "max_len": MAX_GRID, "of": {
+        "type": "float", "ge": LAMBDA_RANGE[0], "le": LAMBDA_RANGE[1]}}}}
+
     def answer(self, phase, body):
-        grid = body.get("grid")
-        if (set(body) != {"grid"} or not isinstance(grid, list) or not 2 <= len(grid) <= MAX_GRID
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                           and LAMBDA_RANGE[0] <= v <= LAMBDA_RANGE[1] for v in grid)):
-            raise RequestError(f"expected {{'grid': 2 to {MAX_GRID} lambdas in {list(LAMBDA_RANGE)}}}")
-        moments = yj_site_moments(two_sample_values(self.rows), [float(v) for v in grid])
+        grid = checked(self.REQUEST, body, f"{phase} request")["grid"]
+        moments = yj_site_moments(two_sample_values(self.rows), grid)
         return {"n": moments["n"], "sum_h": np.asarray(moments["sum_h"]), "sum_h2": np.asarray(moments["sum_h2"]),
                 "jacobian": moments["jacobian"]}
 
@@ -234,9 +234,10 @@ class SiteLoss(SiteHalf):
             if not values.size:
                 return {"n": 0, "lo": 0.0, "hi": 0.0}
             return {"n": int(values.size), "lo": float(values.min()), "hi": float(values.max())}
-        q, levels = body.get("q"), levels_from_request(body.get("levels"))
-        if (set(body) != {"q", "levels"} or not isinstance(q, list) or len(q) != len(levels)
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in q)):
-            raise RequestError("expected {'q': finite numbers, 'levels': one per q}")
+        request = checked({"type": "map", "fields": {"q": {"type": "list", "of": {"type": "float", "finite": True}},
+                                                     "levels": LEVELS_REQUEST}}, body, f"{phase} request")
+        q, levels = request["q"], request["levels"]
+        if len(q) != len(levels):
+            raise RequestError(f"{phase} request: {len(q)} points q for {len(levels)} levels (one each)")
         return {"below": np.array([quantile_loss_terms(values, float(v), p)["below"] for v, p in zip(q, levels)],
                                   dtype=np.int64)}

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from protocol.codecs.secagg_ddg import SecAggDDG
-from protocol.methods.base import Decided, Outcome, RequestError
+from protocol.methods.base import Decided, Outcome, RequestError, checked
 from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
 from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
@@ -111,10 +111,14 @@ class FedCP2QQSecAgg(AmplifiedBins):
         return SecureSumSite(site_id, one_hot, check_public)
 
 
+#: the method's public parameters in the advertise request: each site's level, the mechanism's epsilon,
+#: the bins and the central claim (protocol.methods.private_bin.CENTRAL)
+PUBLIC = {"type": "map", "fields": {"levels": {"type": "any"}, "epsilon": {"type": "any"}, "bins": {"type": "any"},
+                                    "central": {"type": "any"}}}
+
+
 def check_public(public):
-    if not isinstance(public, dict) or set(public) != {"levels", "epsilon", "bins", "central"}:
-        raise RequestError(f"expected levels, epsilon, bins and central; got "
-                           f"{sorted(public) if isinstance(public, dict) else public!r}")
+    public = checked(PUBLIC, public, "advertise request.method")
     spend = bin_spend(public)
     if not isinstance(public["levels"], dict):
         raise RequestError("levels must map site ids to levels")
