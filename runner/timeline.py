@@ -39,6 +39,8 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
     row = {site: i for i, site in enumerate(sites)}
     n = len(sites)
     spans = [s for s in timeline.spans if s.track in row and s.args.get("trial") == trial]
+    transfers = [s for s in spans if s.category == "link"]  # messages on emulated links (a scenario's network)
+    spans = [s for s in spans if s.category != "link"]
     methods = list(dict.fromkeys(s.category for s in spans if s.category != "join"))
     palette = plt.get_cmap("tab10")
     colour = {m: palette(i % 10) for i, m in enumerate(methods)} | {"join": (0.6, 0.6, 0.6, 1.0)}
@@ -51,6 +53,12 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
              for s in spans]
     ax.add_collection(PolyCollection(boxes, facecolors=[colour[s.category] for s in spans], linewidths=0,
                                      rasterized=n > 200))
+    if transfers:  # each transfer a thin dark band inside its phase's bar: where the links took the time
+        thin = height * 0.3
+        ax.add_collection(PolyCollection(
+            [[(s.start - start, row[s.track] - thin / 2), (s.end - start, row[s.track] - thin / 2),
+              (s.end - start, row[s.track] + thin / 2), (s.start - start, row[s.track] + thin / 2)] for s in transfers],
+            facecolors=(0.15, 0.15, 0.15, 0.7), linewidths=0, rasterized=n > 200))
     marker_size = 40 if n <= 50 else 18 if n <= 300 else 10
     for category, (marker, tint, _) in MARKS.items():
         hits = [i for i in timeline.instants if i.category == category and i.track in row and start <= i.ts <= end]
@@ -87,6 +95,8 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
     top.set_title(f"{timeline.name}: trial {trial} ({_counts(timeline, start, end)})", fontsize=10)
 
     handles = [Patch(color=colour[m], label=m) for m in ["join", *methods]]
+    if transfers:
+        handles.append(Patch(color=(0.15, 0.15, 0.15, 0.7), label="message on its link"))
     handles += [Line2D([], [], marker=mk, color=tint, linestyle="", label=text) for mk, tint, text in MARKS.values()]
     handles += [Line2D([], [], marker="o", color="#9467bd", linestyle="", label="connection lost"),
                 Line2D([], [], color="#d62728", linestyle="--", label="deadline passed")]

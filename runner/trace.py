@@ -125,7 +125,7 @@ def link_spans(rows: list[dict]) -> list[Span]:
     """A span per message on an emulated link (a scenario's network), on its site's track, from
     when it was handed to the link to when the link delivered it: "down request", "up response"..."""
     return [Span(row["site"], f"{row['direction']} {row['type']}", row["sent"], row["arrived"], "link",
-                 {"bytes": row["bytes"], "link": row.get("link", ""), "phase": row["phase"],
+                 {"trial": row["trial"], "bytes": row["bytes"], "link": row.get("link", ""), "phase": row["phase"],
                   "seconds": round(row["arrived"] - row["sent"], 6)})
             for row in rows if row["arrived"] > row["sent"] and row["site"] != SHUFFLER]
 
