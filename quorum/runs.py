@@ -198,7 +198,7 @@ def check_backend(scenario: "Scenario", backend: str) -> None:
         if backend == "inprocess" and scenario[field]:
             raise ScenarioError(field, "none with backend='inprocess' (they act on site processes): run with "
                                 f"backend='processes', or override {{'{field}': []}}", f"{len(scenario[field])} rules")
-    if backend == "inprocess" and scenario.spec().network.emulated:
+    if backend == "inprocess" and (scenario.spec().network.emulated or scenario.spec().network.kernel):
         raise ScenarioError("network", "none with backend='inprocess' (the links act on the wire): run with "
                             "backend='processes', or predict the times from a run (quorum.predict)",
                             "links or availability")

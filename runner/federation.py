@@ -29,6 +29,7 @@ from sites.trials import TrialCache
 from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel
 from transport.emulation import LinkEmulator
+from transport.kernel_links import KernelLinks
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
 from transport.security import generate_keys, load_server_keys, write_public_key
@@ -55,10 +56,17 @@ class ProcessFederation:
 
             self._ray_connected = ray_hosts.connect(self.launcher["address"])
             bind, self._shuffler_bind = (ray_hosts.reachable_bind(b) for b in (bind, self._shuffler_bind))
+        #: network.mode: kernel: the run's namespace, veth pair and qdiscs (transport.kernel_links); the
+        #: coordinator and the shuffler bind this end of the veth pair, the sites connect from theirs
+        self.kernel = KernelLinks(run.network, self.site_ids).open() if run.network.kernel else None
+        if self.kernel is not None:
+            bind, self._shuffler_bind = self.kernel.bind(bind), self.kernel.bind(self._shuffler_bind)
         key_dir = (Path(runtime.keys) if runtime.keys else rundir.path / "keys") if runtime.security == "curve" else None
         #: what every site host serves with (the coordinator's and the shuffler's endpoints are set
         #: once bound); a Ray host builds its sites' data itself, as a host away from the harness does
         self.service = run.site_service("", rundir.work, key_dir=key_dir, builds_world=on_ray)
+        if self.kernel is not None:
+            self.service = replace(self.service, netns=self.kernel.namespace, sources=self.kernel.addresses)
         #: the scenario's attacks of the coordinator on its own sites (coordinator.adversary)
         self.adversary = Adversary(list(run.attacks), run.labels, run.seed) if run.attacks else None
         self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
@@ -80,7 +88,7 @@ class ProcessFederation:
         self.channel = RouterChannel(bind, keys=keys)
         faults = FaultInjector(list(run.fault_rules), COORDINATOR_ID, run.seed, skip=fired) if run.fault_rules else None
         #: the scenario's network, applied at the coordinator's socket and the shuffler's
-        self.links = LinkEmulator(run.network) if run.network.emulated else None
+        self.links = LinkEmulator(run.network) if run.network.emulated or run.network.kernel else None
         self.coordinator = Coordinator(self.channel, self.events, runtime.deadlines, self.ledger, faults,
                                        adversary=self.adversary, seeded_noise=run.seeded_noise,
                                        max_n=runtime.max_n, links=self.links)
@@ -96,6 +104,8 @@ class ProcessFederation:
     def start(self) -> list[str]:
         self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
                           security="curve" if self.channel.curve else "plain")
+        if self.kernel is not None:
+            self.events.write("kernel_links", **self.kernel.describe())
         endpoint = None
         on_ray = self._log_dir is not None and self.launcher["kind"] == "ray"
         if self.shuffled and not on_ray:
@@ -182,6 +192,8 @@ class ProcessFederation:
             self.shuffler.stop()
             self.events.write("shuffler_stopped", exit_code=self.shuffler.process.exitcode)
         self.channel.close()
+        if self.kernel is not None:
+            self.kernel.close()
         if self._ray_connected:
             import ray
 

@@ -122,6 +122,10 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
     from transport.faults import FaultInjector
 
     title = host_title(name, site_ids)
+    if service.netns:  # kernel links: every connection of this host leaves from the run's namespace
+        from transport.kernel_links import enter_namespace
+
+        enter_namespace(service.netns)
     load_plugins(service.plugins)
     raise_open_files(descriptors_needed(len(site_ids) * (2 if service.shuffler else 1)), title)
     context = host_context(len(site_ids), service.shuffler is not None)
@@ -129,11 +133,12 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
     agents: list = []
     on_crash = crash_policy(agents)
     for site_id in site_ids:
+        coordinator, shuffler = service.endpoints(site_id)
         agents.append(SiteAgent(
-            site_id, service.coordinator, service.workdir, trials, context=context,
+            site_id, coordinator, service.workdir, trials, context=context,
             keys=keys[site_id] if keys else None,
             faults=FaultInjector(list(service.fault_rules), site_id, service.seed) if service.fault_rules else None,
-            shuffler=service.shuffler, budget=service.budget, policy=service.policy, on_crash=on_crash,
+            shuffler=shuffler, budget=service.budget, policy=service.policy, on_crash=on_crash,
             shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))

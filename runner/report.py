@@ -173,7 +173,7 @@ def communication_table(costs: dict[str, dict], timed: bool = False):
 
 def network_line(network: dict | None) -> str | None:
     """One line on the run's network (summary.json's `network`), or None for loopback."""
-    if not network or not network.get("emulated"):
+    if not network or not (network.get("emulated") or network.get("mode") == "kernel"):
         return None
     shown = []
     for name, p in network["profiles"].items():
@@ -183,7 +183,10 @@ def network_line(network: dict | None) -> str | None:
     extra = network["availability"]
     online = (f"; availability windows at {extra['sites_with_windows']} sites" if extra["sites_with_windows"] else "") + \
              (f"; traces at {extra['sites_with_traces']} sites" if extra["sites_with_traces"] else "")
-    return f"network (emulated at the coordinator's socket): {', '.join(shown)}{online}"
+    kernel = network.get("kernel_links")
+    where = (f"real kernel links: {kernel['qdiscs']} in namespace {kernel['namespace']}" if kernel
+             else "emulated at the coordinator's socket")
+    return f"network ({where}): {', '.join(shown)}{online}"
 
 
 def run_report(summary: dict) -> list:
@@ -192,7 +195,8 @@ def run_report(summary: dict) -> list:
     from runner.privacy import privacy_line
 
     shown = result_tables(summary["methods"], summary["alpha"])
-    timed = bool((summary.get("network") or {}).get("emulated"))
+    network = summary.get("network") or {}
+    timed = bool(network.get("emulated") or network.get("mode") == "kernel")
     if summary["communication"]:
         shown.append(communication_table(summary["communication"], timed))
     shown += [sites_line(summary), privacy_line(summary["privacy"])]

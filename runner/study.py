@@ -52,13 +52,30 @@ def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "p
     run = RunSpec.of(scenario)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
-    if (run.faults or run.attacks or run.network.emulated) and backend != "processes":
+    if (run.faults or run.attacks or run.network.emulated or run.network.kernel) and backend != "processes":
         raise ValueError("faults, attacks and a network act on site processes and the wire: use the processes backend")
+    if run.network.kernel:
+        kernel_links_possible(run, external_sites)
     study = Study(run, RunDirectory(out, families=run.families), backend, resume, external_sites)
     if on_listening is not None and backend == "processes":
         on_listening(study.federation.channel.endpoint)
     study.federation.transcripts = transcripts
     return study.execute(progress, keep_work)
+
+
+def kernel_links_possible(run: RunSpec, external_sites: bool) -> None:
+    """Before anything is written: can this run put its sites behind kernel links? (else
+    KernelLinksUnavailable, saying why and what to do)."""
+    from transport.kernel_links import KernelLinksUnavailable, kernel_problem
+
+    if external_sites or run.runtime.launcher["kind"] != "local":
+        raise KernelLinksUnavailable("network.mode: kernel puts the site processes this machine starts behind "
+                                     "kernel links: it needs the local launcher (runtime.launcher.kind: local) "
+                                     "and sites started by the run, not by hand")
+    problem = kernel_problem(run.network)
+    if problem:
+        raise KernelLinksUnavailable(f"network.mode: kernel cannot run on this machine: {problem}; "
+                                     "use network.mode: emulated (the default)")
 
 
 class Study:
@@ -131,7 +148,8 @@ class Study:
             "communication": communication(ledger), "events": self.events.counts,
             "privacy": privacy_summary(spent, budget, seeded=run.seeded_noise),
             "placement": getattr(self.federation, "placed", None),
-            "network": run.network.describe(),
+            "network": {**run.network.describe(), **({"kernel_links": self.federation.kernel.describe()}
+                                                      if getattr(self.federation, "kernel", None) else {})},
         }
         attacks = self.federation.attack_rows()  # what every attacked site did, and what each attack found
         if attacks is not None:

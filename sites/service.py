@@ -28,6 +28,21 @@ class SiteService:
     plugins: Mapping[str, list[str]] = field(default_factory=dict)  # import paths to load before serving
     world: WorldSpec | None = None  # build each trial's data here (a host away from the harness)
     idle_timeout: float | None = None  # exit after this many seconds without a message
+    #: kernel links (transport.kernel_links): the network namespace the host enters before it
+    #: connects, and each site's own address there, which its connections leave from
+    netns: str | None = None
+    sources: Mapping[str, str] | None = None
+
+    def endpoints(self, site_id: str) -> tuple[str, str | None]:
+        """Where the site connects: (the coordinator's endpoint, the shuffler's or None), from
+        its own address under kernel links."""
+        if not self.sources:
+            return self.coordinator, self.shuffler
+        from transport.kernel_links import from_address
+
+        source = self.sources[site_id]
+        return (from_address(self.coordinator, source),
+                from_address(self.shuffler, source) if self.shuffler else None)
 
     def with_shuffler(self, endpoint: str | None) -> "SiteService":
         return replace(self, shuffler=endpoint)

@@ -7,6 +7,10 @@ Each direction of a site's link is a FIFO queue (transport.links: serialization 
 bandwidth, latency, jitter, never reordered), a lost message never arrives, and the network's
 clock says whether a site is online. Times are time.monotonic() seconds; the emulator keeps each
 direction's state (when it is free, its last arrival) and its seeded draws.
+
+Under `network: {mode: kernel}` the kernel's qdiscs delay the messages (transport.kernel_links):
+the emulator then delays nothing and keeps what stays with the coordinator in both modes, each
+site's profile name and whether it is online.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class LinkEmulator:
         self._last: dict[tuple[str, str], float] = {}
         self._rngs: dict[tuple[str, str], Any] = {}
         self.lost = 0  # messages the links dropped
+        self.delays = network.mode != "kernel"  # False: the kernel's links delay the messages, not we
 
     def at(self, now: float) -> float:
         """The network clock (trace seconds) at monotonic time `now`."""
@@ -43,7 +48,7 @@ class LinkEmulator:
         """When a message of `nbytes` wire bytes handed to the site's `direction` ("up" or
         "down") at monotonic `now` arrives; None when the link drops it (never when `lossless`)."""
         profile = self.network.profile(site, self.at(now))
-        if not profile.emulated:
+        if not profile.emulated or not self.delays:
             return now
         key = (site, direction)
         rng = self._rngs.get(key)

@@ -90,6 +90,9 @@ NETWORK_FIELDS = {
         "start": {"type": "float", "finite": True, "default": 0.0},  # the trace second the run starts at
     }},
     "seed": {"type": "int", "min": 0, "default": 0},  # jitter and loss draws
+    # emulated: at the coordinator's socket (transport.emulation); kernel: real Linux links, htb and
+    # netem in a network namespace the run makes (transport.kernel_links), to check the emulation
+    "mode": {"type": "str", "choices": ["emulated", "kernel"], "default": "emulated"},
 }
 
 
@@ -164,8 +167,9 @@ class Network:
     def __init__(self, profiles: Mapping[str, Profile], assigned: Mapping[str, str],
                  availability: Mapping[str, Availability] | None = None,
                  traces: Mapping[str, list[TraceStep]] | None = None, scale: float = 1.0, start: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, mode: str = "emulated") -> None:
         self.profiles, self.assigned = dict(profiles), dict(assigned)
+        self.mode = mode  # "emulated" (at the coordinator's socket) or "kernel" (transport.kernel_links)
         self.availability = dict(availability or {})
         self.traces = {site: sorted(steps, key=lambda s: s.t) for site, steps in (traces or {}).items()}
         self.scale, self.start, self.seed = scale, start, seed
@@ -175,6 +179,11 @@ class Network:
         """Whether any site's link or availability is anything but loopback, always online."""
         return (any(self.profile(site).emulated for site in self.assigned) or bool(self.availability)
                 or bool(self.traces))
+
+    @property
+    def kernel(self) -> bool:
+        """Whether real kernel links carry the sites' traffic (mode: kernel)."""
+        return self.mode == "kernel"
 
     def clock(self, run_seconds: float) -> float:
         """The network clock (trace seconds) at `run_seconds` since the run began."""
@@ -205,7 +214,7 @@ class Network:
         counts: dict[str, int] = {}
         for site in self.assigned:
             counts[self.assigned[site]] = counts.get(self.assigned[site], 0) + 1
-        return {"emulated": self.emulated,
+        return {"emulated": self.emulated, "mode": self.mode,
                 "profiles": {name: {**self.profiles[name].as_fields(), "sites": n} for name, n in sorted(counts.items())},
                 "availability": {"sites_with_windows": len(self.availability),
                                  "sites_with_traces": len(self.traces)},
@@ -230,7 +239,7 @@ def network_of(spec: Mapping[str, Any] | None, site_ids: list[str], scenario_see
     from transport.faults import resolve_sites
 
     spec = spec or {"profiles": {}, "default": "loopback", "links": [], "availability": [], "traces": None,
-                    "clock": {"scale": 1.0, "start": 0.0}, "seed": 0}
+                    "clock": {"scale": 1.0, "start": 0.0}, "seed": 0, "mode": "emulated"}
     profiles = profile_table(spec["profiles"])
     assigned = {site: spec["default"] for site in site_ids}
     for index, rule in enumerate(spec["links"]):
@@ -251,7 +260,7 @@ def network_of(spec: Mapping[str, Any] | None, site_ids: list[str], scenario_see
     traces = read_traces(Path(spec["traces"]) if base is None else base / spec["traces"], profiles) \
         if spec["traces"] else {}
     return Network(profiles, assigned, availability, traces, spec["clock"]["scale"], spec["clock"]["start"],
-                   spec["seed"])
+                   spec["seed"], spec.get("mode", "emulated"))
 
 
 def network_problems(spec: Mapping[str, Any], site_ids: list[str]):
@@ -305,6 +314,11 @@ def network_problems(spec: Mapping[str, Any], site_ids: list[str]):
             unknown = sorted(set(traces) - set(site_ids))
             if unknown:
                 yield "traces", f"traces of this scenario's sites ({site_ids[0]} ... {site_ids[-1]})", unknown[:3]
+            elif spec.get("mode") == "kernel" and any(step.profile is not None for steps in traces.values()
+                                                      for step in steps):
+                yield "traces", ("traces of availability only under mode: kernel (a kernel link keeps its profile "
+                                 "for the whole run; traces that change latency or bandwidth need mode: emulated)"), \
+                    spec["traces"]
 
 
 def _sites_problems(selector, site_ids: list[str], where: str):
@@ -415,7 +429,7 @@ def with_profile(network: Network, name: str | Profile) -> Network:
     profile = name if isinstance(name, Profile) else network.profiles[name]
     profiles = {**network.profiles, profile.name: profile}
     return Network(profiles, {site: profile.name for site in network.assigned}, network.availability,
-                   network.traces, network.scale, network.start, network.seed)
+                   network.traces, network.scale, network.start, network.seed)  # predicted: emulated
 
 
 __all__ = ["Availability", "NETWORK_FIELDS", "Network", "PRESETS", "PROFILE_FIELDS", "Profile", "TraceStep",
