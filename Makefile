@@ -20,7 +20,7 @@ demo: $(VENV)/.installed
 	$(PY) run.py run scenarios/quickstart.yaml --out runs/quickstart-$$(date +%Y%m%d-%H%M%S)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=25
 
 test-all: $(VENV)/.installed
 	$(PY) -m pytest -q
