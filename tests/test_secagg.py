@@ -224,3 +224,22 @@ def test_site_refusals():
         halves[sites[0]].answer("unmask", body)
     with pytest.raises(RequestError, match="already answered|out of order"):
         halves[sites[2]].answer("share", step.requests[sites[2]])
+
+
+@pytest.mark.parametrize("name", ["fedcp2_qq_secagg", "ddg_quantile"])
+def test_an_advertise_request_does_not_grow_with_the_number_of_sites(name):
+    """Each site gets the method's public parameters and what it alone needs (its own level),
+    never a table of every site's (issue 40: 200 KB to each of 10,000 sites, 2 GB in all)."""
+    import msgpack
+
+    from protocol.methods import METHODS
+
+    bins = {"count": 100, "lo": 0.0, "hi": 5.0}
+    params = {"epsilon": 1.0, "bins": bins, **({"on_shortfall": "report"} if name == "fedcp2_qq_secagg" else {})}
+    sizes = {}
+    for m in (20, 2000):
+        method = METHODS[name](0.1, **params)
+        step = method.coordinator({f"site-{j:04d}": 300 for j in range(m)}, np.random.default_rng(0)).start()
+        assert isinstance(step, Send) and len(step.requests) == m
+        sizes[m] = max(len(msgpack.packb(body)) for body in step.requests.values())
+    assert sizes[2000] <= sizes[20] + 16, sizes

@@ -22,7 +22,7 @@ import numpy as np
 from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.methods.base import Decided, Outcome, RequestError, checked
 from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
-from protocol.methods.private_bin import PrivateQuantileBin, bin_spend, bins_from_request
+from protocol.methods.private_bin import REQUEST, PrivateQuantileBin, bin_spend, bins_from_request
 from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
@@ -60,11 +60,11 @@ class FedCP2QQSecAgg(AmplifiedBins):
         except ValueError as exc:
             return Decided(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))
-        public = {"levels": {s: r["level"] for s, r in planned.requests.items()}, "epsilon": first["epsilon"],
-                  "bins": bins.as_body(), "central": self.guaranteed(m, params.threshold)}
+        public = {"epsilon": first["epsilon"], "bins": bins.as_body(), "central": self.guaranteed(m, params.threshold)}
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng),
-                                    lambda inputs: self.unmask_refusal(len(sizes), inputs))
+                                    lambda inputs: self.unmask_refusal(len(sizes), inputs),
+                                    own={s: {"level": r["level"]} for s, r in planned.requests.items()})
 
     def unmask_refusal(self, sites: int, inputs: int) -> str | None:
         """Why the sum of `inputs` one-hot bins may not be revealed (abort policy), or None."""
@@ -97,9 +97,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
     @classmethod
     def site(cls, rows, rng, site_id):
         def one_hot(public, params: SecAggParams) -> np.ndarray:
-            level = public["levels"].get(site_id)
-            if level is None:
-                raise RequestError(f"no level for {site_id} in the request")
+            level = public["level"]
             bin_index = PrivateQuantileBin(rows, rng).answer(
                 "mask", {"level": level, "epsilon": public["epsilon"], "bins": public["bins"]})
             if params.length != public["bins"]["count"]:
@@ -111,16 +109,14 @@ class FedCP2QQSecAgg(AmplifiedBins):
         return SecureSumSite(site_id, one_hot, check_public)
 
 
-#: the method's public parameters in the advertise request: each site's level, the mechanism's epsilon,
-#: the bins and the central claim (protocol.methods.private_bin.CENTRAL)
-PUBLIC = {"type": "map", "fields": {"levels": {"type": "any"}, "epsilon": {"type": "any"}, "bins": {"type": "any"},
-                                    "central": {"type": "any"}}}
+#: the method's parameters in a site's advertise request: its own quantile level, the mechanism's
+#: epsilon, the bins and the central claim (protocol.methods.private_bin.CENTRAL)
+PUBLIC = {"type": "map", "fields": {"level": REQUEST["fields"]["level"], "epsilon": {"type": "any"},
+                                    "bins": {"type": "any"}, "central": {"type": "any"}}}
 
 
 def check_public(public):
     public = checked(PUBLIC, public, "advertise request.method")
     spend = bin_spend(public)
-    if not isinstance(public["levels"], dict):
-        raise RequestError("levels must map site ids to levels")
     bins_from_request(public["bins"])
     return spend
