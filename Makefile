@@ -19,11 +19,14 @@ $(VENV)/.installed: requirements.txt pyproject.toml examples/quorum-bisection/py
 demo: $(VENV)/.installed
 	$(PY) run.py run scenarios/quickstart.yaml --out runs/quickstart-$$(date +%Y%m%d-%H%M%S)
 
+# The suite mostly waits on sockets, processes and deadlines (load under 1 on two cores), so it
+# runs on three pytest-xdist workers; files that share a costly module fixture or a machine-wide
+# resource (Ray, network namespaces) keep to one worker each (their xdist_group mark).
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow" --durations=25
+	$(PY) -m pytest -q -m "not slow" -n 3 --dist loadgroup --durations=25
 
 test-all: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --dist loadgroup
 
 bench: $(VENV)/.installed
 	$(PY) bench/plan_time.py

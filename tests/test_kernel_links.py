@@ -24,6 +24,9 @@ from transport.kernel_links import (KernelLinks, KernelLinksUnavailable, kernel_
                                     tc_commands)
 from transport.links import Network, Profile, serialization_seconds
 
+# pytest-xdist (make test runs on several workers): runs that make namespaces pick a free 10.x.0.0/16 one at a time
+pytestmark = pytest.mark.xdist_group("test_kernel_links")
+
 SUPPORT = kernel_support()
 needs_namespaces = pytest.mark.skipif(not SUPPORT.namespaces, reason=f"no kernel links here: {SUPPORT.why}")
 needs_netem = pytest.mark.skipif(not SUPPORT.netem, reason=f"no netem here: {SUPPORT.why or 'no namespaces'}")
@@ -133,7 +136,8 @@ def test_the_same_scenario_over_kernel_links_and_emulated_takes_the_same_time_pe
         assert abs(k[key] - e[key]) <= 0.25 * e[key] + 0.1, (key, k[key], e[key])
     events = (tmp_path / "kernel" / "events.jsonl").read_text()
     assert '"event": "kernel_links"' in events
-    assert "quorum-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    namespace = kernel["network"]["kernel_links"]["namespace"]
+    assert namespace not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 @needs_namespaces

@@ -20,6 +20,9 @@ import pytest
 
 from quorum._house import HOUSE
 
+# pytest-xdist (make test runs on several workers): the wheel and its virtual environment are built once, for the module
+pytestmark = pytest.mark.xdist_group("test_packaging")
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.yaml"
 

@@ -14,6 +14,9 @@ from runner.outputs import RunDirectory
 from runner.study import run_study
 from tests.test_hosts import comparable, events_of, scenario
 
+# pytest-xdist (make test runs on several workers): one local Ray cluster for the module (two clusters at once would contend for ports and /tmp/ray)
+pytestmark = pytest.mark.xdist_group("test_ray")
+
 ray = pytest.importorskip("ray")  # a pinned requirement: skipped only outside `make`'s .venv
 
 

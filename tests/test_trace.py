@@ -13,6 +13,9 @@ from runner.trace import COORDINATOR, SHUFFLER, Instant, Span, Timeline
 from runner.timeline import draw_timeline
 from tests.support import TINY
 
+# pytest-xdist (make test runs on several workers): one traced run serves the module
+pytestmark = pytest.mark.xdist_group("test_trace")
+
 FAULTS = [
     {"action": "crash", "sites": "site-001", "trials": 1, "phase": "respond", "method": "robust"},
     {"action": "straggle", "sites": "site-002", "trials": 0, "phase": "respond", "method": "fedcp_qq"},
