@@ -243,3 +243,22 @@ def test_an_advertise_request_does_not_grow_with_the_number_of_sites(name):
         assert isinstance(step, Send) and len(step.requests) == m
         sizes[m] = max(len(msgpack.packb(body)) for body in step.requests.values())
     assert sizes[2000] <= sizes[20] + 16, sizes
+
+
+def test_barycentric_interpolation_equals_the_polynomial_everywhere():
+    """Through t points of a random polynomial of degree t - 1 over GF(P), the barycentric form
+    gives the polynomial's value (by Horner's rule) at 0 and at other holders, for random holder
+    sets; and batch_inverse equals pow(v, -1, P) one by one."""
+    from protocol.secagg.shamir import _barycentric_weights, _evaluate, _interpolate, batch_inverse
+
+    rng = random.Random(3)
+    for _ in range(50):
+        t = rng.randint(1, 30)
+        xs = tuple(sorted(rng.sample(range(1, 20_000), t)))
+        coefficients = [rng.randrange(PRIME) for _ in range(t)]
+        c = [_evaluate(coefficients, x) * b % PRIME for x, b in zip(xs, _barycentric_weights(xs))]
+        for at in [0, *rng.sample([x for x in range(1, 20_000) if x not in xs], 5)]:
+            assert _interpolate(xs, c, at) == _evaluate(coefficients, at)
+    values = [rng.randrange(1, PRIME) for _ in range(40)]
+    assert batch_inverse(values) == [pow(v, -1, PRIME) for v in values]
+    assert batch_inverse([]) == [] and batch_inverse([5]) == [pow(5, -1, PRIME)]

@@ -38,17 +38,53 @@ def split_secret(secret: int, threshold: int, holders: Iterable[int],
 
 def reconstruct_secret(shares: Mapping[int, int], threshold: int) -> int:
     """f(0) from at least `threshold` shares; every share beyond the first t must lie on the
-    same polynomial, so a corrupted share is detected rather than silently used."""
+    same polynomial, so a corrupted share is detected rather than silently used.
+
+    Lagrange interpolation in barycentric form (Berrut and Trefethen, "Barycentric Lagrange
+    interpolation", SIAM Review 2004, eq. 3.3): through the base points (x_i, y_i),
+        f(x) = l(x) sum_i c_i / (x - x_i),   l(x) = prod_j (x - x_j),   c_i = y_i b_i,
+        b_i = 1 / prod_{j != i} (x_i - x_j),
+    so the b_i come once per set of holders and each point checked costs t products; the
+    inverses of the small differences x - x_i are cached (holders are small integers)."""
     if len(shares) < threshold:
         raise ShareError(f"{len(shares)} shares, {threshold} needed")
     points = sorted(shares.items())
     base, extra = points[:threshold], points[threshold:]
     xs = tuple(x for x, _ in base)
-    secret = sum(w * y for w, (_, y) in zip(_lagrange_weights(xs, 0), base)) % PRIME
+    c = [y * b % PRIME for (_, y), b in zip(base, _barycentric_weights(xs))]
+    secret = _interpolate(xs, c, 0)
     for x, y in extra:
-        if sum(w * yb for w, (_, yb) in zip(_lagrange_weights(xs, x), base)) % PRIME != y % PRIME:
+        if _interpolate(xs, c, x) != y % PRIME:
             raise ShareError(f"share of holder {x} does not lie on the polynomial of the others")
     return secret
+
+
+def _interpolate(xs: tuple[int, ...], c: list[int], at: int) -> int:
+    """f(at) = l(at) sum_i c_i / (at - x_i) mod P, for `at` not among the xs."""
+    scale = 1
+    for x in xs:
+        scale *= at - x
+    return scale % PRIME * (sum(ci * _inverse(at - x) for ci, x in zip(c, xs)) % PRIME) % PRIME
+
+
+@lru_cache(maxsize=1 << 16)
+def _inverse(d: int) -> int:
+    """1 / d mod P for a small nonzero integer d (a difference of holder indices)."""
+    return pow(d % PRIME, -1, PRIME)
+
+
+@lru_cache(maxsize=4096)
+def _barycentric_weights(xs: tuple[int, ...]) -> tuple[int, ...]:
+    """b_i = 1 / prod_{j != i} (x_i - x_j) mod P: products of small integers taken exactly, the t
+    of them inverted together with one modular inverse (batch_inverse)."""
+    products = []
+    for i, xi in enumerate(xs):
+        product = 1
+        for j, xj in enumerate(xs):
+            if i != j:
+                product *= xi - xj
+        products.append(product % PRIME)
+    return tuple(batch_inverse(products))
 
 
 def share_to_bytes(value: int) -> bytes:
@@ -72,16 +108,18 @@ def _evaluate(coefficients: list[int], x: int) -> int:
     return acc
 
 
-@lru_cache(maxsize=4096)
-def _lagrange_weights(xs: tuple[int, ...], at: int) -> tuple[int, ...]:
-    """w_i with f(at) = sum_i w_i f(x_i) for every polynomial f of degree < len(xs); cached, as
-    secure aggregation rebuilds many secrets from the same holders."""
-    weights = []
-    for i, xi in enumerate(xs):
-        num, den = 1, 1
-        for j, xj in enumerate(xs):
-            if i != j:
-                num = num * (at - xj) % PRIME
-                den = den * (xi - xj) % PRIME
-        weights.append(num * pow(den, -1, PRIME) % PRIME)
-    return tuple(weights)
+def batch_inverse(values: list[int]) -> list[int]:
+    """The inverses mod P of nonzero `values` with a single modular inverse (Montgomery's trick:
+    prefix products, invert the last, walk back), instead of one inverse each."""
+    prefix, acc = [], 1
+    for v in values:
+        acc = acc * v % PRIME
+        prefix.append(acc)
+    inverse = pow(acc, -1, PRIME)
+    out = [0] * len(values)
+    for i in range(len(values) - 1, 0, -1):
+        out[i] = inverse * prefix[i - 1] % PRIME
+        inverse = inverse * values[i] % PRIME
+    if values:
+        out[0] = inverse
+    return out
