@@ -60,7 +60,8 @@ def network_of(profile: Profile, sites: list[str]) -> Network:
 @needs_namespaces
 def test_a_message_arrives_after_its_serialization_at_the_sites_rate_each_way():
     """Over real ZeroMQ sockets through the kernel: a message of B bytes takes 8B/R at the site's
-    rate (htb lets the first packet through at once: within one frame's time, 10% and 20 ms)."""
+    rate (htb lets the first packet through at once: no sooner than one frame early, no later than
+    15% and 50 ms late on a loaded machine)."""
     links = KernelLinks(network_of(THIN, ["site-000"]), ["site-000"]).open()
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
@@ -79,13 +80,13 @@ def test_a_message_arrives_after_its_serialization_at_the_sites_rate_each_way():
             router.recv_multipart()
             took = time.monotonic() - began
             model = serialization_seconds(size, THIN.up)
-            assert model - frame - 0.02 <= took <= model * 1.1 + 0.02, (size, took, model)
+            assert model - frame - 0.02 <= took <= model * 1.15 + 0.05, (size, took, model)
         time.sleep(0.3)
         began = time.monotonic()
         router.send_multipart([peer, b"x" * 200_000])
         assert router.recv_multipart()[1] == b"got 200000"
         took, model = time.monotonic() - began, serialization_seconds(200_000, THIN.down)
-        assert model - serialization_seconds(1514, THIN.down) - 0.02 <= took <= model * 1.1 + 0.02, (took, model)
+        assert model - serialization_seconds(1514, THIN.down) - 0.02 <= took <= model * 1.15 + 0.05, (took, model)
         router.send_multipart([peer, b"stop"])
         site.wait(10)
     finally:
