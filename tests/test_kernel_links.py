@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,21 +58,39 @@ def network_of(profile: Profile, sites: list[str]) -> Network:
     return Network({profile.name: profile}, {site: profile.name for site in sites}, mode="kernel")
 
 
-@needs_namespaces
-def test_a_message_arrives_after_its_serialization_at_the_sites_rate_each_way():
-    """Over real ZeroMQ sockets through the kernel: a message of B bytes takes 8B/R at the site's
-    rate (htb lets the first packet through at once: no sooner than one frame early, no later than
-    15% and 50 ms late on a loaded machine)."""
-    links = KernelLinks(network_of(THIN, ["site-000"]), ["site-000"]).open()
+@contextmanager
+def one_site_behind(profile: Profile):
+    """A ROUTER here and one site (SITE, its own process) in a run's namespace on `profile`'s
+    link: yields (router, the site's routing id, the links); stops the site and removes the
+    namespace after."""
+    links = KernelLinks(network_of(profile, ["site-000"]), ["site-000"]).open()
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
+    site = None
     try:
-        port = router.bind_to_random_port(links.bind("tcp://127.0.0.1:*").rsplit(":", 1)[0])
+        port = router.bind_to_random_port(f"tcp://{links.host_address}")
         site = subprocess.Popen([sys.executable, "-c", SITE, links.namespace, f"tcp://{links.host_address}:{port}",
                                  links.addresses["site-000"]], cwd=Path(__file__).resolve().parent.parent)
         assert router.poll(10_000), "the site in the namespace never connected"
         peer, hello = router.recv_multipart()
         assert hello == b"hello"
+        yield router, peer, links
+        router.send_multipart([peer, b"stop"])
+        site.wait(10)
+    finally:
+        if site is not None and site.poll() is None:
+            site.kill()
+        router.close(0)
+        context.term()
+        links.close()
+
+
+@needs_namespaces
+def test_a_message_arrives_after_its_serialization_at_the_sites_rate_each_way():
+    """Over real ZeroMQ sockets through the kernel: a message of B bytes takes 8B/R at the site's
+    rate (htb lets the first packet through at once: no sooner than one frame early, no later than
+    15% and 50 ms late on a loaded machine)."""
+    with one_site_behind(THIN) as (router, peer, links):
         frame = serialization_seconds(1514, THIN.up)
         for size in (20_000, 60_000):
             time.sleep(0.3)  # the bucket refills: each message starts on an idle link
@@ -87,12 +106,6 @@ def test_a_message_arrives_after_its_serialization_at_the_sites_rate_each_way():
         assert router.recv_multipart()[1] == b"got 200000"
         took, model = time.monotonic() - began, serialization_seconds(200_000, THIN.down)
         assert model - serialization_seconds(1514, THIN.down) - 0.02 <= took <= model * 1.15 + 0.05, (took, model)
-        router.send_multipart([peer, b"stop"])
-        site.wait(10)
-    finally:
-        router.close(0)
-        context.term()
-        links.close()
     assert links.namespace not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
@@ -201,22 +214,8 @@ def test_a_killed_runs_namespace_is_removed_by_the_next_run():
 def test_latency_through_netem_adds_to_each_message():
     """Where netem exists: a profile's one-way latency L delays each message by L each way."""
     slow = Profile("slow", latency=0.05, up=10e6, down=10e6)
-    links = KernelLinks(network_of(slow, ["site-000"]), ["site-000"]).open()
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    try:
-        port = router.bind_to_random_port(f"tcp://{links.host_address}")
-        site = subprocess.Popen([sys.executable, "-c", SITE, links.namespace, f"tcp://{links.host_address}:{port}",
-                                 links.addresses["site-000"]], cwd=Path(__file__).resolve().parent.parent)
-        assert router.poll(10_000)
-        peer, _ = router.recv_multipart()
+    with one_site_behind(slow) as (router, peer, _):
         began = time.monotonic()
         router.send_multipart([peer, b"ping"])
         router.recv_multipart()
         assert 0.1 <= time.monotonic() - began <= 0.15
-        router.send_multipart([peer, b"stop"])
-        site.wait(10)
-    finally:
-        router.close(0)
-        context.term()
-        links.close()
