@@ -32,7 +32,7 @@ from transport.emulation import LinkEmulator
 from transport.kernel_links import KernelLinks
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
-from transport.security import generate_keys, load_server_keys, write_public_key
+from transport.security import generate_keys, load_server_keys, write_site_publics
 from protocol.noise import coordinator_rng
 
 
@@ -65,6 +65,9 @@ class ProcessFederation:
         #: what every site host serves with (the coordinator's and the shuffler's endpoints are set
         #: once bound); a Ray host builds its sites' data itself, as a host away from the harness does
         self.service = run.site_service("", rundir.work, key_dir=key_dir, builds_world=on_ray)
+        # a run's own hosts make their sites' key pairs in memory and send the public halves
+        self.service = replace(self.service, keys_in_memory=key_dir is not None and not external_sites,
+                               start_timeout=runtime.deadlines.hello)
         if self.kernel is not None:
             self.service = replace(self.service, netns=self.kernel.namespace, sources=self.kernel.addresses)
         #: the scenario's attacks of the coordinator on its own sites (coordinator.adversary)
@@ -77,14 +80,13 @@ class ProcessFederation:
                              f"a site host of {self.placement.sites_per_process} sites", check_only=True)
         keys = None
         if key_dir is not None:
-            # Only a local run's harness makes the sites' key pairs (its sites are processes of this
-            # machine); site hosts started by hand and Ray hosts make their own (when they start) and
-            # send the public halves (transport.security), so the coordinator holds no site's secret key
-            local_keys = not external_sites and run.local_keys
-            generate_keys(key_dir, [*self.site_ids, SHUFFLER_ID] if local_keys else [SHUFFLER_ID])
-            keys = load_server_keys(key_dir, [SHUFFLER_ID] if on_ray else [*self.site_ids, SHUFFLER_ID])
+            # The harness makes the coordinator's and the shuffler's key pairs only: the run's own
+            # hosts (local or on Ray) make their sites' in memory and send the public halves
+            # (transport.security); hosts started by hand put their SITE.key files in key_dir
+            generate_keys(key_dir, [SHUFFLER_ID])
+            keys = load_server_keys(key_dir, [*self.site_ids, SHUFFLER_ID] if external_sites else [SHUFFLER_ID])
         self._key_dir = key_dir
-        self.ledger = Ledger(rundir.ledger)
+        self.ledger = Ledger(rundir.ledger, keep_rows=False)  # in ledger.csv, not in memory (summed as flushed)
         self.channel = RouterChannel(bind, keys=keys)
         faults = FaultInjector(list(run.fault_rules), COORDINATOR_ID, run.seed, skip=fired) if run.fault_rules else None
         #: the scenario's network, applied at the coordinator's socket and the shuffler's
@@ -94,6 +96,7 @@ class ProcessFederation:
                                        max_n=runtime.max_n, links=self.links)
         self.service = replace(self.service, coordinator=self.channel.endpoint)
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
+        self._site_publics: dict | None = None  # the public keys our hosts made and sent (_admit)
         self._hello_timeout = runtime.deadlines.hello
         self._logs, self._work = rundir.logs, rundir.work
         self._log_dir = None if external_sites else rundir.logs  # where the sites we start log
@@ -106,50 +109,48 @@ class ProcessFederation:
                           security="curve" if self.channel.curve else "plain")
         if self.kernel is not None:
             self.events.write("kernel_links", **self.kernel.describe())
-        endpoint = None
         on_ray = self._log_dir is not None and self.launcher["kind"] == "ray"
-        if self.shuffled and not on_ray:
-            endpoint = self._start_shuffler()
+        if self.shuffled and self._log_dir is None:  # sites started by hand: their SITE.key files are here
+            self._start_shuffler()
         if on_ray:
             from runner.ray_hosts import RayHosts
-
-            def before_serve(publics: dict[str, bytes]) -> str | None:
-                """The hosts made their sites' key pairs: admit the public halves, then start the
-                shuffler (which reads them from the key directory)."""
-                for site, public in publics.items():
-                    write_public_key(self._key_dir, site, public)
-                    self.channel.allow(public, site)
-                if publics:
-                    self.events.write("keys", made_by="ray hosts", sites=len(publics),
-                                      note="each host made its sites' key pairs; the coordinator holds public keys only")
-                return self._start_shuffler() if self.shuffled else None
 
             self.processes = RayHosts(self.site_ids, self.service, self._log_dir, launcher=self.launcher,
                                       events=self.events, on_lost=self.channel.report_lost,
                                       shuffled=self.shuffled, start_timeout=self._hello_timeout)
-            self.processes.start(before_serve)
+            self.processes.start(self._admit)
             self.placed = {"processes": len(self.processes.sites),
                            "sites_per_process": max(map(len, self.processes.sites.values())), "why": self.processes.why}
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids(),
                               nodes=self.processes.nodes())
         elif self._log_dir is not None:
-            if self._key_dir is not None:
-                self.events.write("keys", made_by="this harness (a local run)", directory=str(self._key_dir),
-                                  note="every site's key pair was made here, for convenience: the sites are "
-                                       "processes of this machine; site hosts of other parties make their own "
-                                       "(run.py keys --site-ids) and on Ray each host makes its sites'")
-            self.processes = SiteHosts(self.site_ids, self.service.with_shuffler(endpoint), self._log_dir,
+            self.processes = SiteHosts(self.site_ids, self.service, self._log_dir,
                                        sites_per_process=self.placement.sites_per_process)
-            self.processes.start()
+            self.processes.start(self._admit)
             self.placed = {"processes": len(self.processes.processes),
                            "sites_per_process": self.placement.sites_per_process, "why": self.placement.why}
             self.events.write("placement", sites=len(self.site_ids), **self.placed, pids=self.processes.pids())
         self.present = self.coordinator.await_members(self.site_ids, shuffler=self.shuffled)
         return self.present
 
+    def _admit(self, publics: dict[str, bytes]) -> str | None:
+        """The hosts made their sites' key pairs: admit the public halves and record them
+        (KEY_DIR/sites.public), then start the shuffler with them; its endpoint, or None."""
+        for site, public in publics.items():
+            self.channel.allow(public, site)
+        if publics:
+            write_site_publics(self._key_dir, publics)
+            made_by = "ray hosts" if self.launcher["kind"] == "ray" else "site hosts (local processes)"
+            self.events.write("keys", made_by=made_by, sites=len(publics), directory=str(self._key_dir),
+                              note="each host made its sites' key pairs in memory; the coordinator holds the "
+                                   "public halves only (sites.public)")
+        self._site_publics = publics or None
+        return self._start_shuffler() if self.shuffled else None
+
     def _start_shuffler(self) -> str:
         self.shuffler = ShufflerProcess(self._shuffler_bind, self.channel.endpoint, self._logs,
-                                        key_dir=self._key_dir, site_ids=self.site_ids, links=self.links)
+                                        key_dir=self._key_dir, site_ids=self.site_ids, links=self.links,
+                                        site_publics=self._site_publics)
         endpoint = self.shuffler.start()
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
         return endpoint

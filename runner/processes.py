@@ -12,12 +12,14 @@ to LOGDIR/SITE_ID.log or LOGDIR/host-N.log, and exits on its own if the launcher
 from __future__ import annotations
 
 import faulthandler
+import gc
 import logging
 import math
 import multiprocessing
 import os
 import signal
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,17 +88,31 @@ def caller_not_reimported():
             main.__dict__.update(saved)
 
 
-def host_main(name: str, site_ids: list[str], service: SiteService, log_path: str, watch_parent: bool) -> None:
+def host_main(name: str, site_ids: list[str], service: SiteService, log_path: str, watch_parent: bool,
+              pipe) -> None:
+    """A site host process: make or load its sites' keys, tell the launcher the public halves
+    (over `pipe`), learn the shuffler's endpoint from it, then serve."""
+    gc.freeze()  # what the fork server imported stays shared: a collection would copy its pages (40 MB a host)
     import setproctitle
 
     setproctitle.setproctitle(host_title(name, site_ids))
     _log_to(log_path)
-    from transport.security import load_client_keys
+    from transport.security import COORDINATOR_KEY, client_keys_in_memory, for_server, load_client_keys, load_public_key
 
     key_dir = service.key_dir
-    keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
-    shuffler_keys = ({site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids}
-                     if key_dir and service.shuffler else None)
+    if key_dir and service.keys_in_memory:  # made here, now: no file holds a site's secret
+        keys = client_keys_in_memory(site_ids, load_public_key(key_dir, COORDINATOR_KEY))
+    else:  # an operator's own hosts: the pairs they made (run.py keys)
+        keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
+    pipe.send({site: k.public for site, k in keys.items()} if keys and service.keys_in_memory else {})
+    if not pipe.poll(service.start_timeout):
+        raise SystemExit(f"{name}: the launcher sent no go-ahead within {service.start_timeout:g} s")
+    service = service.with_shuffler(pipe.recv())
+    pipe.close()
+    shuffler_keys = None
+    if keys and service.shuffler:
+        shuffler_keys = (for_server(keys, load_public_key(key_dir, SHUFFLER_ID)) if service.keys_in_memory else
+                         {site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids})
     # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
     # an unreaped zombie (a pid check would still find it "alive").
     parent = multiprocessing.parent_process() if watch_parent else None
@@ -117,6 +133,7 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
     os.umask(0o077)  # a site's shards, model copies, account and log: its own user's only
     from sites.agent import SiteAgent
     from sites.host import crash_policy, descriptors_needed, host_context, raise_open_files, serve
+    from sites.storage import GroupCommit
     from sites.trials import TrialCache
     from scenarios.scenario import load_plugins
     from transport.faults import FaultInjector
@@ -130,6 +147,7 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
     raise_open_files(descriptors_needed(len(site_ids) * (2 if service.shuffler else 1)), title)
     context = host_context(len(site_ids), service.shuffler is not None)
     trials = TrialCache(service.workdir, site_ids, world=service.world)
+    commit = GroupCommit()  # one sync makes all the host's new account records durable
     agents: list = []
     on_crash = crash_policy(agents)
     for site_id in site_ids:
@@ -139,10 +157,10 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
             keys=keys[site_id] if keys else None,
             faults=FaultInjector(list(service.fault_rules), site_id, service.seed) if service.fault_rules else None,
             shuffler=shuffler, budget=service.budget, policy=service.policy, on_crash=on_crash,
-            shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None))
+            shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None, commit=commit))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
-    code = serve(agents, parent_alive=parent_alive, idle_timeout=service.idle_timeout)
+    code = serve(agents, parent_alive=parent_alive, idle_timeout=service.idle_timeout, commit=commit)
     context.term()
     return code
 
@@ -158,7 +176,8 @@ def _log_to(log_path: str) -> None:
 
 
 def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: str | None,
-                  site_ids: list[str], pipe, links=None) -> None:
+                  site_ids: list[str], pipe, links=None, site_publics: dict | None = None) -> None:
+    gc.freeze()
     import setproctitle
 
     setproctitle.setproctitle("quorum-shuffler")
@@ -170,7 +189,7 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
 
     raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the shuffler")
 
-    server_keys = load_server_keys(key_dir, site_ids, server=SHUFFLER_ID) if key_dir else None
+    server_keys = load_server_keys(key_dir, site_ids, server=SHUFFLER_ID, publics=site_publics) if key_dir else None
     client_keys = load_client_keys(key_dir, SHUFFLER_ID) if key_dir else None
     parent = multiprocessing.parent_process()
     sys.exit(serve(bind, coordinator_endpoint, on_bound=pipe.send, server_keys=server_keys,
@@ -180,16 +199,18 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
 class ShufflerProcess:
     """The shuffler (shuffler.driver) in its own OS process, `quorum-shuffler`, logging to
     LOGDIR/shuffler.log. start() returns the endpoint where sites send sealed messages. `links`:
-    the run's network (transport.emulation.LinkEmulator), applied to the sites' sealed messages."""
+    the run's network (transport.emulation.LinkEmulator), applied to the sites' sealed messages.
+    `site_publics`: the sites' public keys their hosts sent (else SITE.key files in key_dir)."""
 
     def __init__(self, bind: str, coordinator_endpoint: str, log_dir: Path, *, key_dir: Path | None = None,
-                 site_ids=(), links=None) -> None:
+                 site_ids=(), links=None, site_publics: dict | None = None) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
         self._pipe, child = context.Pipe(duplex=False)
         self.process = context.Process(target=shuffler_main, name=SHUFFLER_ID, daemon=True,
                                        args=(bind, coordinator_endpoint, str(log_dir / "shuffler.log"),
-                                             str(key_dir) if key_dir else None, list(site_ids), child, links))
+                                             str(key_dir) if key_dir else None, list(site_ids), child, links,
+                                                   site_publics))
 
     def start(self, timeout: float = 60.0) -> str:
         with caller_not_reimported():
@@ -218,19 +239,44 @@ class SiteHosts:
         context.set_forkserver_preload(PRELOAD)
         k = max(1, sites_per_process)
         groups = [site_ids[i:i + k] for i in range(0, len(site_ids), k)]
+        self.service = service
         self.sites: dict[str, list[str]] = {}  # process name -> its sites
         self.processes: dict[str, multiprocessing.Process] = {}
+        self._pipes: dict[str, tuple] = {}  # process name -> (our end, its end) until it serves
         for number, group in enumerate(groups):
             name = group[0] if len(group) == 1 else f"host-{number:0{max(3, len(str(len(groups) - 1)))}d}"
             self.sites[name] = group
+            self._pipes[name] = context.Pipe()
             self.processes[name] = context.Process(
                 target=host_main, name=name, daemon=watch_parent,
-                args=(name, group, service, str(Path(log_dir) / f"{name}.log"), watch_parent))
+                args=(name, group, service, str(Path(log_dir) / f"{name}.log"), watch_parent, self._pipes[name][1]))
 
-    def start(self) -> None:
+    def start(self, before_serve=None) -> None:
+        """Start the hosts; each makes (or loads) its sites' key pairs and sends the public halves.
+        `before_serve(publics)` (site -> Z85 public key, empty without in-memory keys) admits them
+        and returns the shuffler's endpoint or None, which the hosts then serve with; without it
+        they serve with the service's. RuntimeError when a host dies or stays silent first."""
         with caller_not_reimported():
             for process in self.processes.values():
                 process.start()
+        for ours, theirs in self._pipes.values():
+            theirs.close()
+        publics: dict[str, bytes] = {}
+        deadline = time.monotonic() + self.service.start_timeout
+        for name, (ours, _) in self._pipes.items():
+            process = self.processes[name]
+            while not ours.poll(0.1):
+                if not process.is_alive() or time.monotonic() > deadline:
+                    self.stop(timeout=0.1)
+                    raise RuntimeError(f"site host {name} ({self.sites[name][0]}..) "
+                                       f"{'exited with code ' + str(process.exitcode) if not process.is_alive() else 'sent no keys within ' + format(self.service.start_timeout, 'g') + ' s'} "
+                                       f"before serving: see its log")
+            publics.update(ours.recv())
+        endpoint = before_serve(publics) if before_serve is not None else self.service.shuffler
+        for ours, _ in self._pipes.values():
+            ours.send(endpoint)
+            ours.close()
+        self._pipes = {}
 
     def pids(self) -> dict[str, int]:
         """Process name -> pid."""

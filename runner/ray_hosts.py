@@ -116,16 +116,13 @@ def _actor_class():
         def make_keys(self, sites: list[str], coordinator_public: bytes, shuffler_public: bytes | None) -> dict:
             """A key pair for each of `sites`, made here and kept in this process's memory; the
             public halves go back to the harness (site -> Z85 public key)."""
-            from transport.security import ClientKeys, new_key_pair
+            from transport.security import client_keys_in_memory, for_server
 
-            publics = {}
-            for site in sites:
-                public, secret = new_key_pair()
-                self.keys[site] = ClientKeys(coordinator_public, public, secret)
-                if shuffler_public is not None:
-                    self.shuffler_keys[site] = ClientKeys(shuffler_public, public, secret)
-                publics[site] = public
-            return publics
+            keys = client_keys_in_memory(sites, coordinator_public)
+            self.keys.update(keys)
+            if shuffler_public is not None:
+                self.shuffler_keys.update(for_server(keys, shuffler_public))
+            return {site: k.public for site, k in keys.items()}
 
         def serve(self, name: str, site_ids: list[str], service, log_dir: str) -> int:
             import setproctitle

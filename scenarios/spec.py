@@ -109,12 +109,6 @@ class RunSpec:
         return any(method.codec_class().route == "shuffler" for _, method in self.methods)
 
     @property
-    def local_keys(self) -> bool:
-        """This machine's harness makes every site's key pair (a local launcher; site hosts
-        started by hand and Ray hosts make their own)."""
-        return self.runtime.launcher["kind"] == "local"
-
-    @property
     def fedcp_qq_planner(self) -> tuple[str, int]:
         """(planner, dropouts) of its first fedcp_qq entry, or the defaults: the plan whose orders
         proposition 3.4's bound is about (runner.heterogeneity)."""

@@ -2,8 +2,8 @@
 
 The harness (runner.processes.SiteHosts), a Ray actor (runner.ray_hosts) and an operator's own
 `run.py site` all hand a host the same `SiteService`, alongside the ids of the sites it serves;
-the host needs nothing else. It holds no secret: key pairs stay in `key_dir` (or, on Ray, in the
-memory of the host that made them).
+the host needs nothing else. It holds no secret: a site's key pair is in the memory of the host that made it
+(`keys_in_memory`), or in an operator's own `key_dir`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ class SiteService:
     #: connects, and each site's own address there, which its connections leave from
     netns: str | None = None
     sources: Mapping[str, str] | None = None
+    #: each host makes its sites' key pairs in memory when it starts and sends the public halves to
+    #: its launcher (a run's own hosts); key_dir then holds the coordinator's and shuffler's keys only
+    keys_in_memory: bool = False
+    start_timeout: float = 300.0  # how long a starting host waits for its launcher's go-ahead
 
     def endpoints(self, site_id: str) -> tuple[str, str | None]:
         """Where the site connects: (the coordinator's endpoint, the shuffler's or None), from

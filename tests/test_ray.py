@@ -13,6 +13,7 @@ import pytest
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from tests.test_hosts import comparable, events_of, scenario
+from transport.security import read_site_publics
 
 # pytest-xdist (make test runs on several workers): one local Ray cluster for the module (two clusters at once would contend for ports and /tmp/ray)
 pytestmark = pytest.mark.xdist_group("test_ray")
@@ -42,9 +43,8 @@ def on_ray(cluster, hosts, faults=(), resources=None, trials=2, **runtime):
     return scenario(1, faults, trials=trials, launcher=launcher, **runtime)
 
 
-def publics_of(run: Path) -> list[str]:
-    return [line.split('"')[1] for path in (run / "keys").glob("site-*.key")
-            for line in path.read_text().splitlines() if line.strip().startswith("public-key")]
+def publics_of(run: Path) -> dict[str, bytes]:
+    return read_site_publics(run / "keys")
 
 
 def test_a_run_on_ray_spreads_hosts_over_nodes_and_equals_the_local_run(cluster, tmp_path):
