@@ -25,6 +25,7 @@ import time
 import zmq
 
 from sites.agent import SiteAgent
+from sites.storage import GroupCommit
 from transport.channel import orphaned
 from transport.faults import kill_self
 
@@ -66,8 +67,11 @@ def host_context(agents: int, shuffler: bool) -> zmq.Context:
     return context
 
 
-def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | None = None) -> int:
-    """Serve until every agent finished; 1 when the host gave up waiting (orphaned), else 0."""
+def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | None = None,
+          commit: GroupCommit | None = None) -> int:
+    """Serve until every agent finished; 1 when the host gave up waiting (orphaned), else 0.
+    `commit`: the agents' group commit, flushed once per turn of the loop (after every agent with
+    a message has handled it), which releases their answers."""
     selector = selectors.DefaultSelector()
     descriptors = {agent: agent.fd for agent in agents}
     for agent, fd in descriptors.items():
@@ -98,6 +102,10 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
                         touched.add(agent)
                     elif not agent.running:
                         touched.add(agent)
+            while commit is not None and commit.pending:
+                for agent in commit.flush():  # the answers leave; each agent reads what came meanwhile
+                    agent.drain()
+                    touched.add(agent)
             for agent in [a for a in timed if a.running and (a.next_due() or now) <= now]:
                 agent.flush()
                 agent.drain()

@@ -32,7 +32,7 @@ from protocol.methods import METHODS, RequestError
 from protocol.noise import PrivacyNoise
 from protocol.policy import SitePolicy
 from protocol.sessions import SESSIONS_PER_TRIAL
-from sites.storage import AccountCorrupt, append_account, read_account
+from sites.storage import AccountCorrupt, GroupCommit, append_account, read_account
 from sites.trials import TrialCache
 from specs.plugins import PluginError
 from stats.randomness import site_rng
@@ -40,8 +40,10 @@ from stats.randomness import site_rng
 
 class SiteLocal:
     def __init__(self, site_id: str, workdir, budget: dict | None = None, trials: TrialCache | None = None,
-                 policy: dict | None = None) -> None:
-        self.site_id, self.workdir, self.trials = site_id, workdir, trials
+                 policy: dict | None = None, commit: GroupCommit | None = None) -> None:
+        """commit: the host's group commit (sites.storage.GroupCommit): account records are made
+        durable by its next flush, which the answer must wait for; None: fsync'ed at once."""
+        self.site_id, self.workdir, self.trials, self.commit = site_id, workdir, trials, commit
         self.trial: int | None = None
         self.seed = 0
         self.rows = np.empty(0)  # what the site's methods work on: scores, (value, group) rows or examples
@@ -137,7 +139,7 @@ class SiteLocal:
         self._save()
 
     def _save(self) -> None:
-        append_account(self.workdir, self.site_id, self.account.records[self._saved:])
+        append_account(self.workdir, self.site_id, self.account.records[self._saved:], self.commit)
         self._saved = len(self.account.records)
 
     @staticmethod

@@ -15,6 +15,8 @@ takes nothing but its own slice (and the shared model).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
@@ -29,6 +31,8 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if ctypes.util.find_library("c") else None
 
 
 def trial_dir(workdir: str | Path, trial: int) -> Path:
@@ -185,10 +189,12 @@ def read_account(workdir, site_id: str, repair: bool = False) -> list[dict]:
     return records
 
 
-def append_account(workdir, site_id: str, records: list[dict]) -> None:
+def append_account(workdir, site_id: str, records: list[dict], commit: "GroupCommit | None" = None) -> None:
     """Append new records to a site's account and make them durable (write, flush, fsync; the
     directory fsync'ed when the file is new) before the answer they account for may leave
-    (cost: the new records only, however long the account)."""
+    (cost: the new records only, however long the account). With `commit` (a site host's group
+    commit) the records are written now and made durable by the host's next `commit.flush()`,
+    which the answer waits for."""
     if not records:
         return
     path = account_path(workdir, site_id)
@@ -199,15 +205,78 @@ def append_account(workdir, site_id: str, records: list[dict]) -> None:
     try:
         while data:
             data = data[os.write(fd, data):]
+        if commit is None:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if commit is not None:
+        commit.written(path.parent)
+    elif new:
+        _fsync_directory(path.parent)
+
+
+class GroupCommit:
+    """Durability for many sites' accounts at once (issue 40): a site host writes the records of
+    all the answers it is about to send, makes them durable with one `syncfs(2)` of their file
+    system (where the C library has it; else one fsync per written file), and only then lets the
+    answers go, through the actions `after` queued. One sync for a thousand sites' answers costs
+    about what one fsync does (20 ms against 200 ms for 1,000 files here), and no answer leaves
+    before the release it accounts for is on disk."""
+
+    def __init__(self) -> None:
+        self._directories: set[Path] = set()
+        self._actions: list = []
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._directories)
+
+    def written(self, directory: Path) -> None:
+        self._directories.add(directory)
+
+    def after(self, action) -> None:
+        """Run `action()` once what was written so far is durable (at once when nothing waits)."""
+        if self.pending:
+            self._actions.append(action)
+        else:
+            action()
+
+    def flush(self) -> list:
+        """Make everything written durable, then run the waiting actions; their results."""
+        if self._directories:
+            for directory in self._directories:
+                _sync_file_system(directory)
+            self._directories.clear()
+        actions, self._actions = self._actions, []
+        return [action() for action in actions]
+
+
+def _sync_file_system(directory: Path) -> None:
+    """Every write to `directory`'s file system durable (syncfs), the directory entries included;
+    OSError when the kernel reports a write error."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if _LIBC is not None and hasattr(_LIBC, "syncfs"):
+            if _LIBC.syncfs(fd) != 0:
+                raise OSError(ctypes.get_errno(), f"syncfs of {directory} failed")
+        else:
+            for entry in os.scandir(directory):
+                _fsync_path(entry.path)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    if new:
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    _fsync_path(directory)
 
 
 def remove_trial(workdir, trial: int) -> None:
