@@ -76,10 +76,12 @@ class Coordinator:
         """The hello phase: wait until every expected site (and the shuffler, if the run has
         one) announced itself, or the deadline."""
         expected = set(expected)
+        waiting = expected - set(self.members)  # kept as hellos come: O(1) a message, not O(sites)
         deadline = time.monotonic() + self.deadlines.hello
-        while ((not expected <= set(self.members) or (shuffler and self.shuffler_pid is None))
-               and time.monotonic() < deadline):
+        while (waiting or (shuffler and self.shuffler_pid is None)) and time.monotonic() < deadline:
             envelope, row = self._receive(deadline)
+            if row is not None and row["type"] == "hello" and row["accepted"]:
+                waiting.discard(row["site"])
             if envelope is not None:
                 row["accepted"] = 0
                 self._reject_envelope(envelope, f"{envelope.type!r} before the run started")

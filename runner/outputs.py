@@ -21,24 +21,25 @@ import csv
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
 from results import Outcome, Truth, family_name, result_columns
-from transport.ledger import SessionWire
 from transport.security import private_directory
 
 ATTACK_COLUMNS = ["trial", "method", "attack", "asked", "answered", "refused", "reasons", "finding"]
 
 
-def session_rows(trial: int, label: str, method, outcome: Outcome, world, ledger_rows: list[dict], *, sites: int,
+def session_rows(trial: int, label: str, method, outcome: Outcome, world, wire: Mapping, *, sites: int,
                  seconds: float, noise: str) -> tuple[dict, dict[str, list[dict]]]:
     """One session's row of results.csv and its rows of its family's own tables, whatever the
     family: the columns every row has, then what the result itself writes (results.base), judged
-    against the trial's `world` and the session's bytes in `ledger_rows`. A result of another
-    family than its method declares (`Method.result`) is recorded as aborted, with the reason."""
-    truth = Truth(world, method, SessionWire(ledger_rows, trial, label))
+    against the trial's `world` and the session's bytes, `wire` ((phase, direction) -> bytes:
+    Ledger.session_wire). A result of another family than its method declares (`Method.result`)
+    is recorded as aborted, with the reason."""
+    truth = Truth(world, method, wire)
     family = method.result
     if outcome.status != "aborted" and not isinstance(outcome, family):
         outcome = Outcome.aborted(f"{method.name} returned a {type(outcome).__name__} result but declares "
@@ -132,10 +133,10 @@ class RunDirectory:
                     fired.add(event["rule"])
         return fired
 
-    def record_session(self, trial: int, label: str, method, outcome: Outcome, world, ledger_rows: list[dict], *,
+    def record_session(self, trial: int, label: str, method, outcome: Outcome, world, wire: Mapping, *,
                        sites: int, seconds: float, noise: str) -> dict:
         """One session's rows (session_rows), appended; returns its results.csv row."""
-        row, side = session_rows(trial, label, method, outcome, world, ledger_rows, sites=sites, seconds=seconds,
+        row, side = session_rows(trial, label, method, outcome, world, wire, sites=sites, seconds=seconds,
                                  noise=noise)
         self.append_session(row, side)
         return row

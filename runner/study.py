@@ -18,6 +18,7 @@ from typing import Mapping
 from coordinator.events import EventLog
 from protocol.accounting import Budget
 from runner.federation import FEDERATIONS
+from runner import limits as machine_limits
 from runner.heterogeneity import HeterogeneityReport
 from runner.outputs import ResumeError, RunDirectory  # noqa: F401 (ResumeError: the API's)
 from runner.plots import run_plots
@@ -56,6 +57,10 @@ def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "p
         raise ValueError("faults, attacks and a network act on site processes and the wire: use the processes backend")
     if run.network.kernel:
         kernel_links_possible(run, external_sites)
+    if backend == "processes":  # before anything is written: can this machine hold the run's connections?
+        machine_limits.check(len(run.site_ids), shuffled=run.shuffled, bind=run.runtime.bind,
+                             sites_per_process=run.runtime.sites_per_process,
+                             local_sites=not external_sites and run.runtime.launcher["kind"] == "local")
     study = Study(run, RunDirectory(out, families=run.families), backend, resume, external_sites)
     if on_listening is not None and backend == "processes":
         on_listening(study.federation.channel.endpoint)
@@ -123,7 +128,8 @@ class Study:
             method = configured.for_trial(world.public)
             began = time.perf_counter()
             outcome = self.federation.run_method(trial, index, method, sizes, label)
-            row = self.rundir.record_session(trial, label, method, outcome, world, self.federation.ledger.rows,
+            row = self.rundir.record_session(trial, label, method, outcome, world,
+                                             self.federation.ledger.session_wire(trial, label),
                                              sites=len(sizes), seconds=time.perf_counter() - began,
                                              noise=self.run.noise)
             if progress is not None:

@@ -201,7 +201,7 @@ def test_a_result_of_another_family_than_declared_is_recorded_as_aborted():
     from runner.outputs import session_rows
 
     method = METHODS["fedcp_qq"](0.1)
-    row, side = session_rows(0, "x", method, Outcome("ok", "", {"answered": 3}), None, [], sites=3, seconds=0.1,
+    row, side = session_rows(0, "x", method, Outcome("ok", "", {"answered": 3}), None, {}, sites=3, seconds=0.1,
                              noise="os")
     assert row["status"] == "aborted" and "declares result = Threshold" in row["reason"] and side == {}
 

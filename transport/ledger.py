@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,39 +64,17 @@ def handshake_bytes(curve: bool, socket_type: str, identity: bytes, client: bool
     return GREETING_BYTES + frame_bytes(168) + frame_bytes(30 + _metadata(socket_type, identity))
 
 
-class SessionWire(Mapping):
-    """(phase, "up" | "down") -> bytes of one session (its trial and method label) in `rows` of
-    a ledger, summed on first use."""
-
-    def __init__(self, rows: list[dict], trial, label: str) -> None:
-        self._rows, self._trial, self._label, self._bytes = rows, str(trial), label, None
-
-    def _sums(self) -> dict[tuple[str, str], int]:
-        if self._bytes is None:
-            self._bytes = {}
-            for row in self._rows:
-                if str(row.get("trial")) == self._trial and row.get("method") == self._label:
-                    key = (str(row["phase"]), row["direction"])
-                    self._bytes[key] = self._bytes.get(key, 0) + int(row["bytes"])
-        return self._bytes
-
-    def __getitem__(self, key):
-        return self._sums()[key]
-
-    def __iter__(self):
-        return iter(self._sums())
-
-    def __len__(self):
-        return len(self._sums())
-
-
 @dataclass
 class Ledger:
-    """Rows in memory (for the report) and, when `path` is set, in ledger.csv as well."""
+    """Rows in ledger.csv (when `path` is set) and, with `keep_rows`, in memory as well; the bytes
+    of every (trial, method label, phase, direction) are summed as rows are flushed, so a run of
+    many sites need not hold its rows (issue 40: 10,000 sites and 5 trials made 450,000 row dicts,
+    and summing a session's bytes scanned them all)."""
 
     path: Path | None = None
     rows: list[dict] = field(default_factory=list)
     context: dict = field(default_factory=dict)  # trial, session, method, codec, phase of the moment
+    keep_rows: bool = True
 
     def record(self, *, site: str, direction: str, mtype: str, nbytes: int, info_bits: int = 0,
                accepted: bool = True, **override) -> dict:
@@ -109,12 +86,22 @@ class Ledger:
         row["sent"] = round(row.get("sent", now), 6)
         if direction == "down":  # the coordinator's socket is where a message to a site leaves
             row["ts"] = row["sent"]
-        self.rows.append(row)
+        if self.keep_rows:
+            self.rows.append(row)
         self._pending.append(row)
         return row
 
+    def session_wire(self, trial, label: str) -> dict[tuple[str, str], int]:
+        """(phase, "up" | "down") -> bytes of one session (its trial and method label), as flushed."""
+        return dict(self._bytes.get((str(trial), label), {}))
+
     def flush(self) -> None:
-        """Append the rows recorded since the last flush to ledger.csv and force them to disk."""
+        """Append the rows recorded since the last flush to ledger.csv and force them to disk (their
+        rows are final by then: a caller may complete a row until the flush)."""
+        for row in self._pending:
+            sums = self._bytes.setdefault((str(row.get("trial")), row.get("method")), {})
+            key = (str(row["phase"]), row["direction"])
+            sums[key] = sums.get(key, 0) + int(row["bytes"])
         if self.path is None or not self._pending:
             self._pending.clear()
             return
@@ -135,6 +122,7 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self._pending: list[dict] = []
+        self._bytes: dict[tuple[str, str], dict[tuple[str, str], int]] = {}  # (trial, label) -> session_wire
         self._columns: list[str] | None = None  # ledger.csv's header, read once
 
 
