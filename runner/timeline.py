@@ -92,7 +92,8 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
     top.set_yticks([0, 1])
     top.set_yticklabels(["sessions", "phases"], fontsize=8)
     top.set_ylim(1.6, -0.6)
-    top.set_title(f"{timeline.name}: trial {trial} ({_counts(timeline, start, end)})", fontsize=10)
+    top.set_title(f"{timeline.name}: trial {trial} ({_counts(timeline, start, end)})"
+                  + (f"\n{timeline.shown}" if timeline.shown else ""), fontsize=10)
 
     handles = [Patch(color=colour[m], label=m) for m in ["join", *methods]]
     if transfers:

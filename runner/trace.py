@@ -69,20 +69,30 @@ class Timeline:
     bytes_up: list[tuple[float, int]]  # (time, bytes received so far)
     bytes_down: list[tuple[float, int]]
     events: list[dict]
+    shown: str = ""  # when a large run's site tracks were sampled: which (sampled_sites)
 
     @classmethod
-    def of(cls, path: str | Path) -> "Timeline":
+    def of(cls, path: str | Path, max_sites: int | None = None) -> "Timeline":
+        """The timeline of run directory `path`; with more than `max_sites` sites (default
+        MAX_SITE_TRACKS), the site tracks are a sample (sampled_sites); the coordinator's
+        spans and the byte counters still come from every message."""
         run = RunDirectory(path)
         scenario = run.read_scenario() or {}
         events = _read_events(run.events)
         rows = [_typed(r) for r in read_ledger(run.ledger) if r.get("ts")]
         count = scenario.get("sites", {}).get("count", 0)
         seen = {r["site"] for r in rows} | {e.get("site") for e in events}
-        tracks = [COORDINATOR, SHUFFLER] + sorted(set(site_ids(count)) | (seen - {None, COORDINATOR, SHUFFLER}))
-        spans = site_spans(rows, events) + coordinator_spans(rows, events) + link_spans(rows)
-        instants = event_instants(events) + deadline_instants(events) + scripted_fault_instants(rows, scenario)
+        sites = sorted(set(site_ids(count)) | (seen - {None, COORDINATOR, SHUFFLER}))
+        kept, shown = sampled_sites(sites, events, MAX_SITE_TRACKS if max_sites is None else max_sites)
+        tracks = [COORDINATOR, SHUFFLER] + kept
+        drawn, hidden = set(kept) | {SHUFFLER}, set(sites) - set(kept)
+        site_rows = rows if not hidden else [r for r in rows if r["site"] in drawn]
+        site_events = events if not hidden else [e for e in events if event_track(e) not in hidden]
+        spans = site_spans(site_rows, site_events) + coordinator_spans(rows, events) + link_spans(site_rows)
+        instants = (event_instants(site_events) + deadline_instants(events)
+                    + scripted_fault_instants(site_rows, scenario))
         up, down = byte_counters(rows)
-        return cls(scenario.get("name", Path(path).name), tracks, spans, instants, up, down, events)
+        return cls(scenario.get("name", Path(path).name), tracks, spans, instants, up, down, events, shown)
 
     def trials(self) -> list[int]:
         return sorted({s.args["trial"] for s in self.spans if isinstance(s.args.get("trial"), int)})
@@ -100,6 +110,30 @@ class Timeline:
             if any(start <= i.ts <= end and i.category in ("dropout", "fault", "rejected") for i in self.instants):
                 return trial
         return (self.trials() or [0])[0]
+
+
+#: site tracks drawn at most (issue 40: 10,000 tracks made an unreadable timeline.png in 8 s and a
+#: trace.json in 7 s); past this a sample is drawn, every troubled site in it
+MAX_SITE_TRACKS = 500
+TROUBLE = {"dropout", "fault", "rejected", "connection_lost", "lost", "refused"}
+
+
+def sampled_sites(sites: list[str], events: list[dict], limit: int) -> tuple[list[str], str]:
+    """At most `limit` of `sites` to draw, and a note saying so ("" when all are kept): every
+    site some event of trouble names (dropouts, faults, rejected messages, lost connections),
+    in order, then sites evenly spaced through the rest."""
+    if len(sites) <= limit:
+        return sites, ""
+    known = set(sites)
+    troubled = list(dict.fromkeys(e["site"] for e in events if e.get("event") in TROUBLE
+                                  and isinstance(e.get("site"), str) and e["site"] in known))[:limit]
+    rest = [s for s in sites if s not in set(troubled)]
+    room = min(limit - len(troubled), len(rest))
+    spaced = [rest[round(i * (len(rest) - 1) / max(room - 1, 1))] for i in range(room)] if room > 0 else []
+    chosen = set(troubled) | set(spaced)
+    kept = [s for s in sites if s in chosen]
+    return kept, (f"{len(kept)} of {len(sites)} sites shown: all {len(troubled)} with a dropout, fault or rejected "
+                  f"message, the rest evenly spaced")
 
 
 def _read_events(path: Path) -> list[dict]:
@@ -340,7 +374,8 @@ def trace_events(timeline: Timeline) -> dict:
                     "args": {"up": up, "down": down}})
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"run": timeline.name, "origin_unix_s": origin, "events": len(timeline.events),
-                          "source": "events.jsonl, ledger.csv, scenario.yaml"}}
+                          "source": "events.jsonl, ledger.csv, scenario.yaml",
+                          **({"sites_shown": timeline.shown} if timeline.shown else {})}}
 
 
 def write_trace(timeline: Timeline, target: str | Path) -> Path:
