@@ -86,6 +86,7 @@ def _run_with_progress(spec, out, start):
 
     from quorum import RunDirectoryError
     from quorum.runs import ResumeError
+    from runner.limits import MachineLimits
     from transport.kernel_links import KernelLinksUnavailable
 
     typed = spec.spec()
@@ -105,7 +106,7 @@ def _run_with_progress(spec, out, start):
 
         try:
             run = start(progress)
-        except (ResumeError, RunDirectoryError, KernelLinksUnavailable) as exc:
+        except (ResumeError, RunDirectoryError, KernelLinksUnavailable, MachineLimits) as exc:
             raise click.ClickException(str(exc)) from None
     for shown in run.report():  # each result family's table, communication, sites, privacy, attacks
         console.print(shown)
