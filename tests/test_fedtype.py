@@ -280,10 +280,11 @@ def test_run_over_site_processes_meters_rounds_and_survives_a_crashed_site(tmp_p
     for phase, sizes in halves.items():  # each answer holds the proxy, nowhere near a private model
         assert all(proxy_bytes < n < proxy_bytes + 1024 < smallest_private for n in sizes), (phase, sizes)
     assert all(int(r["wire_bytes_up"]) > int(r["weights_bytes_up"]) > 0 for r in rounds)
-    # each round's wire bytes are its phase's in ledger.csv to the byte (summed as the ledger flushed)
-    for number, r in enumerate(rounds, start=1):
+    # each round's wire bytes are its phase's in ledger.csv to the byte (summed as the ledger flushed);
+    # round r is phase round-(r-1)
+    for r in rounds:
         up = sum(int(row["bytes"]) for row in ledger if row["method"] == "fedtype" and row["trial"] == r["trial"]
-                 and row["phase"] == f"round-{number}" and row["direction"] == "up")
-        assert int(r["wire_bytes_up"]) == up > 0, (number, r)
+                 and row["phase"] == f"round-{int(r['round']) - 1}" and row["direction"] == "up")
+        assert int(r["wire_bytes_up"]) == up > 0, r
     assert summary["methods"]["fedtype"]["accuracy_mean"] is not None
     assert (tmp_path / "learning_curves.png").stat().st_size > 10_000
