@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import resource
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -96,7 +97,8 @@ def test_the_zap_handler_names_allowed_keys_refuses_others_and_no_handler_admits
 
 def test_a_host_answer_waits_for_its_account_to_be_durable(tmp_path, monkeypatch):
     order = []
-    monkeypatch.setattr(storage, "_sync_file_system", lambda directory: order.append(("sync", directory.name)))
+    monkeypatch.setattr(storage, "_sync_file_system", lambda directory: order.append(("syncfs", directory.name)))
+    monkeypatch.setattr(storage, "_fsync_path", lambda path: order.append(("fsync", Path(path).name)))
     commit = GroupCommit()
     commit.after(lambda: order.append("nothing written: at once"))
     record = {"trial": 0, "session": 1, "method": "m", "kind": "dp", "epsilon": 0.1}
@@ -105,21 +107,18 @@ def test_a_host_answer_waits_for_its_account_to_be_durable(tmp_path, monkeypatch
         commit.after(lambda site=site: order.append(f"answer of {site}"))
     assert order == ["nothing written: at once"] and commit.pending
     assert read_account(tmp_path, "site-1") == [record]  # written already, durable at the flush
+    commit.flush()  # two files: each fsync'ed, their new directory entries too, then both answers
+    assert order[1:] == [("fsync", "site-0.msgpack"), ("fsync", "site-1.msgpack"), ("fsync", "privacy"),
+                         "answer of site-0", "answer of site-1"]
+    del order[:]
+    for site in range(GroupCommit.SYNCFS_FROM):  # many files: one syncfs of their file system
+        append_account(tmp_path, f"site-{site}", [record], commit)
+    commit.after(lambda: order.append("answers"))
     commit.flush()
-    assert order[1:] == [("sync", "privacy"), "answer of site-0", "answer of site-1"]  # one sync, then both
-    assert not commit.pending
-    append_account(tmp_path, "site-2", [record])  # no group commit: fsync'ed at once, as before
-    assert account_path(tmp_path, "site-2").exists() and len(order) == 4
-
-
-def test_group_commit_makes_the_records_durable_with_one_sync(tmp_path):
-    commit = GroupCommit()
-    for site in range(50):
-        append_account(tmp_path, f"site-{site}", [{"session": site}], commit)
-    sent = []
-    commit.after(lambda: sent.append(True))
-    commit.flush()  # the real syncfs (or the fsync of each file where the C library lacks it)
-    assert sent == [True] and [r["session"] for r in read_account(tmp_path, "site-49")] == [49]
+    expected = [("syncfs", "privacy")] if storage._LIBC is not None and hasattr(storage._LIBC, "syncfs") else None
+    assert order[:-1] == (expected or order[:-1]) and order[-1] == "answers" and not commit.pending
+    append_account(tmp_path, "site-99", [record])  # no group commit: fsync'ed at once, as before
+    assert account_path(tmp_path, "site-99").exists()
 
 
 def test_the_ledger_sums_each_session_as_it_flushes_without_holding_rows(tmp_path):
