@@ -20,6 +20,7 @@ from protocol.engine import Session, join_problem
 from protocol.sessions import join_session, method_session
 from protocol.wire import SHUFFLER_ID
 from runner.outputs import RunDirectory
+from runner.limits import coordinator_descriptors
 from runner.processes import ShufflerProcess, SiteHosts, placement
 from scenarios.spec import RunSpec
 from sites.host import descriptors_needed, raise_open_files
@@ -74,7 +75,8 @@ class ProcessFederation:
         self.adversary = Adversary(list(run.attacks), run.labels, run.seed) if run.attacks else None
         self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
         # Before anything starts: can this machine hold the connections? (else: what to change)
-        raise_open_files(descriptors_needed(len(self.site_ids) + 1, per_socket=1), "the coordinator")
+        raise_open_files(coordinator_descriptors(len(self.site_ids), 0 if external_sites or on_ray else
+                                                 self.placement.processes), "the coordinator")
         if not external_sites and not on_ray:
             raise_open_files(descriptors_needed(self.placement.sites_per_process * (2 if run.shuffled else 1)),
                              f"a site host of {self.placement.sites_per_process} sites", check_only=True)

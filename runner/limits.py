@@ -58,21 +58,21 @@ def limits(sites: int, *, shuffled: bool, sites_per_process, local_sites: bool, 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     found = []
     per_site = 2 if shuffled else 1
+    placed = placement(sites, sites_per_process) if local_sites else None
     if hard != resource.RLIM_INFINITY:
-        needed = descriptors_needed(sites + 1, per_socket=1)
+        needed = coordinator_descriptors(sites, placed.processes if placed else 0)
         if needed > hard:
             found.append(Limit("open files of the coordinator (one per site)", needed, hard,
                                "raise the hard limit: `ulimit -Hn`, LimitNOFILE in systemd, nofile in "
                                "/etc/security/limits.conf; or split the sites between runs"))
-    if not local_sites:
+    if placed is None:
         return found
-    placed = placement(sites, sites_per_process)
     if hard != resource.RLIM_INFINITY:
         needed = descriptors_needed(placed.sites_per_process * per_site)
         if needed > hard:
             found.append(Limit(f"open files of a site host of {placed.sites_per_process:,} sites", needed, hard,
                                "put fewer sites per process (runtime.placement.sites_per_process) "
-                                      "or raise the hard limit (`ulimit -Hn`)"))
+                               "or raise the hard limit (`ulimit -Hn`)"))
     socket_limit = zmq.Context.instance().get(zmq.SOCKET_LIMIT)
     if placed.sites_per_process * per_site + 16 > socket_limit:
         found.append(Limit(f"ZeroMQ sockets in one site host of {placed.sites_per_process:,} sites",
@@ -91,6 +91,12 @@ def limits(sites: int, *, shuffled: bool, sites_per_process, local_sites: bool, 
             found.append(Limit("memory (bytes, estimated from measured costs per site and per process)", needed,
                                memory, "free memory or run fewer sites"))
     return found
+
+
+def coordinator_descriptors(sites: int, processes: int) -> int:
+    """Open files the coordinator's process needs: one per site's connection (and the shuffler's),
+    and the two ends of a pipe to each site host it starts, open while the hosts start."""
+    return descriptors_needed(sites + 1, per_socket=1) + 2 * processes
 
 
 def loopback_ports() -> int | None:
