@@ -62,8 +62,9 @@ def knock(context, router, server_public, keys, timeout_s=2.0):
     dealer.connect(router.getsockopt_string(zmq.LAST_ENDPOINT))
     try:
         dealer.send(b"hello", flags=zmq.NOBLOCK)
-    except zmq.Again:
-        pass
+    except zmq.Again:  # the handshake was refused first: no connection to queue the hello on
+        dealer.close(0)
+        return None
     try:
         if not router.poll(int(timeout_s * 1000)):
             return None
