@@ -8,7 +8,10 @@ edge-triggered: it signals a change, not a message, so an agent reads until its 
 nothing is left, and is read again after anything it sends (SiteAgent.drain). Even so, a
 wake-up can be missed (seen at 3,000 agents in one host: a burst of shutdowns, a tail of agents
 never woken), so the host also sweeps every live agent's socket state each SWEEP_S seconds;
-a missed wake-up costs at most that, and a sweep costs ~1 us per agent.
+a missed wake-up costs at most that. The sweep is one zmq_poll over the live sockets (about
+0.9 us per agent, in C); asking each socket for its state from Python cost 3.7 us per agent
+idle and more under load: ten hosts of 1,000 sites sweeping that way spent 0.45 of this
+machine's two cores doing nothing (measured during a 10,000-site secure sum).
 
 The host exits when all its agents have finished (shutdown, or a scripted crash), when its
 launcher disappears, or after `idle_timeout` seconds without a message. A host serving a
@@ -31,7 +34,7 @@ from transport.faults import kill_self
 
 log = logging.getLogger("quorum.host")
 
-SWEEP_S = 0.1
+SWEEP_S = 0.25
 FDS_SPARE = 256  # the process's own files, libraries, the log, the launcher's pipe
 
 
@@ -80,6 +83,7 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
         agent.hello()
         agent.drain()
     live = {agent for agent in agents if agent.running}
+    sweep = Sweep(live)
     timed = {agent for agent in live if agent.next_due() is not None}
     last_heard = last_check = last_sweep = time.monotonic()
     try:
@@ -96,12 +100,12 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
             now = time.monotonic()
             if now - last_sweep >= SWEEP_S:
                 last_sweep = now
-                for agent in list(live):
-                    if agent.running and agent.drain():
+                touched.update(agent for agent in live if not agent.running)
+                sweep.discard(touched)  # closed sockets leave the poll before it runs
+                for agent in sweep.ready():
+                    if agent.drain():
                         last_heard = now
-                        touched.add(agent)
-                    elif not agent.running:
-                        touched.add(agent)
+                    touched.add(agent)
             while commit is not None and commit.pending:
                 for agent in commit.flush():  # the answers leave; each agent reads what came meanwhile
                     agent.drain()
@@ -110,6 +114,7 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
                 agent.flush()
                 agent.drain()
                 touched.add(agent)
+            sweep.discard(touched)
             for agent in touched:
                 if not agent.running:
                     live.discard(agent)
@@ -131,6 +136,27 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
             if agent.running:
                 agent.close()
         selector.close()
+
+
+class Sweep:
+    """The live agents' sockets in one zmq.Poller: `ready()` is one zmq_poll with no wait, the
+    agents whose socket holds a message (whatever their descriptor signalled)."""
+
+    def __init__(self, agents) -> None:
+        self.poller = zmq.Poller()
+        self.agent_of = {}
+        for agent in agents:
+            self.poller.register(agent.channel.socket, zmq.POLLIN)
+            self.agent_of[agent.channel.socket] = agent
+
+    def discard(self, agents) -> None:
+        """Take out the agents that stopped running (their sockets are, or are about to be, closed)."""
+        for agent in agents:
+            if not agent.running and self.agent_of.pop(agent.channel.socket, None) is not None:
+                self.poller.unregister(agent.channel.socket)
+
+    def ready(self) -> list:
+        return [self.agent_of[socket] for socket, _ in self.poller.poll(0) if self.agent_of[socket].running]
 
 
 def crash_policy(agents: list[SiteAgent]):
