@@ -131,8 +131,20 @@ def available_memory() -> int | None:
     return None
 
 
+#: account files are spread over this many directories, `privacy/XX/SITE.msgpack` (XX: the site
+#: id's CRC-32 mod ACCOUNT_SHARDS, in hex): ten site hosts creating 10,000 accounts in one
+#: directory queued on its lock, spinning: 8.3 s of CPU and 6.7 s of wall time where 64
+#: directories take 0.9 s and 0.5 s (issue 40: that was most of a 10,000-site secure sum's first phase)
+ACCOUNT_SHARDS = 64
+
+
 def account_path(workdir, site_id: str) -> Path:
-    return Path(workdir) / "privacy" / f"{site_id}.msgpack"
+    """A site's privacy account; one a run made before accounts were sharded stays where it is."""
+    privacy = Path(workdir) / "privacy"
+    legacy = privacy / f"{site_id}.msgpack"
+    if legacy.exists():
+        return legacy
+    return privacy / f"{zlib.crc32(site_id.encode()) % ACCOUNT_SHARDS:02x}" / f"{site_id}.msgpack"
 
 
 class AccountCorrupt(RuntimeError):
@@ -198,7 +210,9 @@ def append_account(workdir, site_id: str, records: list[dict], commit: "GroupCom
     if not records:
         return
     path = account_path(workdir, site_id)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    new_shard = not path.parent.is_dir()
+    if new_shard:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     new = not path.exists()
     data = memoryview(b"".join(_frame(msgpack.packb(record, use_bin_type=True)) for record in records))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -210,9 +224,11 @@ def append_account(workdir, site_id: str, records: list[dict], commit: "GroupCom
     finally:
         os.close(fd)
     if commit is not None:
-        commit.written(path, new)
+        commit.written(path, new, new_shard)
     elif new:
         _fsync_directory(path.parent)
+        if new_shard:  # the shard's own entry (once per shard and run)
+            _fsync_directory(path.parent.parent)
 
 
 class GroupCommit:
@@ -227,14 +243,18 @@ class GroupCommit:
 
     def __init__(self) -> None:
         self._paths: dict[Path, bool] = {}  # written since the last flush -> whether the file is new
+        self._new_directories: set[Path] = set()  # made since the last flush: their entries need a sync
         self._actions: list = []
 
     @property
     def pending(self) -> bool:
         return bool(self._paths)
 
-    def written(self, path: Path, new: bool = False) -> None:
+    def written(self, path: Path, new: bool = False, new_directory: bool = False) -> None:
+        """`path` was written (`new`: created; `new_directory`: in a directory made for it)."""
         self._paths[path] = self._paths.get(path, False) or new
+        if new_directory:
+            self._new_directories.add(path.parent)
 
     def after(self, action) -> None:
         """Run `action()` once what was written so far is durable (at once when nothing waits)."""
@@ -246,14 +266,20 @@ class GroupCommit:
     def flush(self) -> list:
         """Make everything written durable, then run the waiting actions; their results."""
         if len(self._paths) >= self.SYNCFS_FROM and _LIBC is not None and hasattr(_LIBC, "syncfs"):
-            for directory in {path.parent for path in self._paths}:
+            by_device: dict[int, Path] = {}  # one syncfs per file system, however many directories
+            for directory in sorted({path.parent for path in self._paths}):
+                by_device.setdefault(os.stat(directory).st_dev, directory)
+            for directory in by_device.values():
                 _sync_file_system(directory)
         else:
             for path in self._paths:
                 _fsync_path(path)
-            for directory in {path.parent for path, new in self._paths.items() if new}:
+            for directory in sorted({path.parent for path, new in self._paths.items() if new}):
+                _fsync_directory(directory)
+            for directory in sorted({directory.parent for directory in self._new_directories}):
                 _fsync_directory(directory)
         self._paths.clear()
+        self._new_directories.clear()
         actions, self._actions = self._actions, []
         return [action() for action in actions]
 
