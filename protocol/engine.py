@@ -72,7 +72,11 @@ class Decoded:
 
 
 class Session:
-    def __init__(self, method: Method, sizes: Mapping[str, int], rng: np.random.Generator) -> None:
+    def __init__(self, method: Method, sizes: Mapping[str, int], rng: np.random.Generator,
+                 keep_transcript: bool = True) -> None:
+        """keep_transcript: keep each phase's requests and answers in the transcript (False: only
+        its phase and dropouts, so that a phase's messages are freed once the half has them)."""
+        self.keep_transcript = keep_transcript
         self.method = method
         self.sizes = dict(sizes)
         self.rng = rng
@@ -148,8 +152,11 @@ class Session:
         """The half's next step from this phase's decoded answers and dropouts."""
         assert isinstance(self.step, Send), "no phase is open"
         dropped = {**dict(dropped), **decoded.undecodable}
-        self.transcript.append(PhaseRecord(self.step.phase, dict(self.step.requests), dict(decoded.values), dropped))
-        self.step = guarded(self.half.advance, self.step.phase, decoded.values, dropped)
+        kept, phase = self.keep_transcript, self.step.phase
+        self.transcript.append(PhaseRecord(phase, dict(self.step.requests) if kept else {},
+                                           dict(decoded.values) if kept else {}, dropped))
+        self.step = None  # the phase's requests are freed while the half works out the next
+        self.step = guarded(self.half.advance, phase, decoded.values, dropped)
         return self._next()
 
     def opening(self, trial: int, session: int, label: str) -> dict:
