@@ -5,7 +5,7 @@
   mask       {"masked": {"bits": k, "data": bytes}}            the masked vector y_u: elements
                                                                of Z_M, M = 2^k, little-endian,
                                                                1, 2, 4 or 8 bytes each
-  unmask     {"unmask": {"b": {site: 66 bytes}, "s": {...}}}   Shamir shares of seeds and keys
+  unmask     {"unmask": {"b": {site: 33 bytes}, "s": {...}}}   Shamir shares of seeds and keys
 The payload information is length * log2(M) bits for the masked vector (what the sum needs);
 keys and shares are the protocol's overhead, shown apart by phase in the ledger.
 """

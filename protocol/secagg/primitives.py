@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 KEY_BYTES = 32
+_SHA256 = hashes.SHA256()  # a stateless algorithm descriptor: one for every key derivation
 NONCE_BYTES = 12
 
 
@@ -54,7 +55,7 @@ def agree(private: X25519PrivateKey, peer_public: bytes, purpose: bytes, nonce: 
         raise ValueError("an X25519 public key is 32 bytes")
     shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
     info = b"quorum-secagg/" + purpose + b"/" + str(int(nonce)).encode()
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
+    return HKDF(algorithm=_SHA256, length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 
 def encrypt(key: bytes, plaintext: bytes, associated: bytes) -> bytes:

@@ -129,7 +129,7 @@ class SecAggServer:
         self.keys: dict[str, dict[str, bytes]] = {}
         self.index: dict[str, int] = {}
         self.neighbours: dict[str, frozenset[str]] = {}
-        self.ciphertexts: dict[str, dict[str, bytes]] = {}
+        self.shared: frozenset[str] = frozenset()  # U2: sent valid shares (their ciphertexts are forwarded, not kept)
         self.masked: dict[str, np.ndarray] = {}
         self.lost: dict[str, str] = {}
 
@@ -160,11 +160,11 @@ class SecAggServer:
         for u, cts in answers.items():
             if set(cts) != set(self.neighbours[u]):
                 self.lost[u] = "share: ciphertexts not addressed to exactly its neighbours"
-        self.ciphertexts = {u: cts for u, cts in answers.items() if u not in self.lost}
-        u2 = set(self.ciphertexts)
+        u2 = self.shared = frozenset(u for u in answers if u not in self.lost)
         if len(u2) < self.params.threshold:
             return self._abort(f"only {len(u2)} valid share sets; the threshold is {self.params.threshold}")
-        return {v: {"ciphertexts": {u: self.ciphertexts[u][v] for u in sorted(self.neighbours[v] & u2)}}
+        # each ciphertext goes to its addressee; the server keeps none of them (the unmasking needs only U2)
+        return {v: {"ciphertexts": {u: answers[u][v] for u in sorted(self.neighbours[v] & u2)}}
                 for v in sorted(u2)}
 
     def _after_mask(self, answers) -> dict[str, dict]:
@@ -176,14 +176,14 @@ class SecAggServer:
                 self.masked[u] = vector
         if len(self.masked) < self.params.threshold:
             return self._abort(f"only {len(self.masked)} valid masked inputs; the threshold is {self.params.threshold}")
-        u3, u2 = set(self.masked), set(self.ciphertexts)
+        u3, u2 = set(self.masked), self.shared
         lost_after_share = u2 - u3  # once, not per site: at 10,000 sites a set per site cost seconds
         return {v: {"survivors": sorted((self.neighbours[v] | {v}) & u3),
                     "dropped": sorted(self.neighbours[v] & lost_after_share)} for v in sorted(u3)}
 
     def _after_unmask(self, answers) -> Aggregate:
         bits, length, t = self.params.modulus_bits, self.params.length, self.params.threshold
-        u2, u3 = set(self.ciphertexts), set(self.masked)
+        u2, u3 = self.shared, set(self.masked)
         total = np.zeros(length, dtype=np.uint64)
         for u in sorted(u3):
             total = add_mod(total, self.masked[u], bits)
