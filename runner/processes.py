@@ -33,7 +33,8 @@ PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "
 
 PROCESS_MEMORY = 64 * 2**20  # what one site process costs with a small model loaded (measured ~34 MB), with room
 PER_SITE_LIMIT = 64  # at most this many one-site processes, however large the machine
-SITES_PER_HOST = 1000  # beyond this a host's start-up and trial opening stop gaining from fewer processes
+SITES_PER_HOST = 2000  # fewer, larger hosts: each costs ~40 MB of its own; 5 hosts of 2,000 held a 10,000-site
+#: secure sum in 0.13 GiB less than 10 of 1,000, in the same time (issue 40)
 
 
 @dataclass(frozen=True)

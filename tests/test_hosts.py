@@ -160,8 +160,9 @@ def test_automatic_placement_is_sized_from_cores_and_memory():
     big = 24 * 2**30
     assert placement(50, "auto", cores=2, available=big).sites_per_process == 1
     assert placement(1000, "auto", cores=2, available=big).processes == 4
-    assert placement(10_000, "auto", cores=2, available=big).processes == 10
+    assert placement(10_000, "auto", cores=2, available=big).processes == 5  # at most 2,000 sites each
     assert placement(10_000, "auto", cores=16, available=big).processes == 32
+    assert placement(30_000, "auto", cores=2, available=big).processes == 15
     assert placement(50, "auto", cores=2, available=2 * 2**30).sites_per_process > 1  # little memory: hosts
     assert placement(10, 4, cores=2, available=big).processes == 3
     assert "auto" in placement(1000, "auto", cores=2, available=big).why
