@@ -140,22 +140,25 @@ def serve(agents: list[SiteAgent], *, parent_alive=None, idle_timeout: float | N
 
 class Sweep:
     """The live agents' sockets in one zmq.Poller: `ready()` is one zmq_poll with no wait, the
-    agents whose socket holds a message (whatever their descriptor signalled)."""
+    agents whose socket holds a message (whatever their descriptor signalled). Agents that stop
+    are dropped from the poll by rebuilding it at the next sweep (pyzmq's Poller.unregister is
+    O(sockets), so 2,000 agents shutting down one by one would cost O(sockets^2))."""
 
     def __init__(self, agents) -> None:
-        self.poller = zmq.Poller()
-        self.agent_of = {}
-        for agent in agents:
-            self.poller.register(agent.channel.socket, zmq.POLLIN)
-            self.agent_of[agent.channel.socket] = agent
+        self.agent_of = {agent.channel.socket: agent for agent in agents}
+        self.poller: zmq.Poller | None = None
 
     def discard(self, agents) -> None:
         """Take out the agents that stopped running (their sockets are, or are about to be, closed)."""
         for agent in agents:
             if not agent.running and self.agent_of.pop(agent.channel.socket, None) is not None:
-                self.poller.unregister(agent.channel.socket)
+                self.poller = None
 
     def ready(self) -> list:
+        if self.poller is None:
+            self.poller = zmq.Poller()
+            for socket in self.agent_of:
+                self.poller.register(socket, zmq.POLLIN)
         return [self.agent_of[socket] for socket, _ in self.poller.poll(0) if self.agent_of[socket].running]
 
 

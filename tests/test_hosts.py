@@ -301,3 +301,47 @@ def test_a_launcher_reports_lost_sites_from_another_thread_waking_the_coordinato
         for site in sites.values():
             site.close()
         channel.close()
+
+
+def test_the_sweep_finds_every_waiting_message_and_skips_stopped_agents():
+    """Sweep: one zmq_poll names the agents whose socket holds a message, whatever their
+    descriptors signalled; an agent that stopped (its socket closed) leaves the poll before it
+    runs, so a closed socket never reaches zmq_poll (which would raise ENOTSOCK)."""
+    import zmq
+
+    class Agent:
+        def __init__(self, socket):
+            self.channel = type("Channel", (), {"socket": socket})()
+            self.running = True
+
+    context = zmq.Context()
+    try:
+        router = context.socket(zmq.ROUTER)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        agents = []
+        for i in range(4):
+            dealer = context.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.IDENTITY, f"a{i}".encode())
+            dealer.connect(f"tcp://127.0.0.1:{port}")
+            dealer.send(b"hi")
+            agents.append(Agent(dealer))
+        for _ in range(4):
+            assert router.poll(5000)
+            router.recv_multipart()
+        sweep = host_module.Sweep(agents)
+        assert sweep.ready() == []
+        for i in (1, 3):
+            router.send_multipart([f"a{i}".encode(), b"work"])
+        deadline = time.monotonic() + 5
+        while len(sweep.ready()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(agents.index(a) for a in sweep.ready()) == [1, 3]
+        agents[3].running = False
+        agents[3].channel.socket.close(0)
+        sweep.discard(agents)
+        assert sweep.ready() == [agents[1]]  # rebuilt without the closed socket
+        for agent in agents[:3]:
+            agent.channel.socket.close(0)
+        router.close(0)
+    finally:
+        context.term()
