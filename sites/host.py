@@ -34,7 +34,7 @@ from transport.faults import kill_self
 
 log = logging.getLogger("quorum.host")
 
-SWEEP_S = 0.25
+SWEEP_S = 0.1
 FDS_SPARE = 256  # the process's own files, libraries, the log, the launcher's pipe
 
 

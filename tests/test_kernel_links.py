@@ -145,7 +145,9 @@ def test_the_same_scenario_over_kernel_links_and_emulated_takes_the_same_time_pe
     k, e = phase_seconds(tmp_path / "kernel"), phase_seconds(tmp_path / "emulated")
     assert set(k) == set(e) and len(k) == 5
     slow = [key for key in k if e[key] > 0.1]
-    assert len(slow) >= 3, e  # the links, not the sites' CPUs, set these phases' times
+    # the links, not the sites' CPUs, set these phases' times (two since issue 40 halved the
+    # secure sum's shares: its share and mask messages now cross a thin link in under 0.1 s)
+    assert len(slow) >= 2, e
     for key in k:
         assert abs(k[key] - e[key]) <= 0.25 * e[key] + 0.1, (key, k[key], e[key])
     events = (tmp_path / "kernel" / "events.jsonl").read_text()
