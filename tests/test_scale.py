@@ -171,10 +171,10 @@ def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tm
     monkeypatch.setattr(machine_limits, "available_memory", lambda: 24 * 2**30)
     run = dict(shuffled=False, sites_per_process="auto", local_sites=True, bind="tcp://127.0.0.1:*")
     found = machine_limits.limits(50_000, **run)
-    # descriptors (a site each, the spare, a pipe to each of 50 hosts while they start), loopback ports
+    # descriptors (a site each, the spare, a pipe to each of 25 hosts while they start), loopback ports
     assert [limit.needed for limit in found] == [50_001 + 256 + 2 * 25, 50_001]  # 25 hosts of 2,000
     assert machine_limits.limits(19_000, **run) == []
-    assert machine_limits.most_sites_here(**run) == 19_703  # s + 1 + 256 + 2 ceil(s / 1000) <= 20,000
+    assert machine_limits.most_sites_here(**run) == 19_723  # s + 1 + 256 + 2 ceil(s / 2000) <= 20,000
     # memory: each site's measured cost against what is available
     monkeypatch.setattr(machine_limits, "available_memory", lambda: 2 * 2**30)
     assert [limit.name.split(" ")[0] for limit in machine_limits.limits(19_000, **run)] == ["memory"]
