@@ -49,3 +49,27 @@ def test_a_privacy_account_cut_short_by_a_crash_keeps_every_whole_record(tmp_pat
     whole = account_path(tmp_path, "site-000").read_bytes()
     account_path(tmp_path, "site-000").write_bytes(whole + whole[:7])  # a fourth record torn mid-write
     assert read_account(tmp_path, "site-000") == records
+
+
+def test_accounts_live_in_shards_and_an_older_runs_account_stays_where_it_is(tmp_path):
+    """Issue 40: a new account goes to privacy/XX/SITE.msgpack (XX: the id's CRC-32 mod 64);
+    an account a run made before the shards (privacy/SITE.msgpack) is still the one read and
+    appended to, so a resumed run never forgets what a site spent."""
+    import shutil
+    import zlib
+
+    from sites.storage import ACCOUNT_SHARDS, account_path, append_account, read_account
+
+    first, second = {"trial": 0, "session": 1, "kind": "em", "epsilon": 0.5}, {"trial": 1, "session": 9,
+                                                                              "kind": "em", "epsilon": 0.5}
+    append_account(tmp_path, "site-007", [first])
+    shard = f"{zlib.crc32(b'site-007') % ACCOUNT_SHARDS:02x}"
+    assert account_path(tmp_path, "site-007") == tmp_path / "privacy" / shard / "site-007.msgpack"
+    assert read_account(tmp_path, "site-007") == [first]
+    # an older run's layout: the account directly under privacy/
+    legacy = tmp_path / "privacy" / "site-007.msgpack"
+    shutil.move(tmp_path / "privacy" / shard / "site-007.msgpack", legacy)
+    assert account_path(tmp_path, "site-007") == legacy and read_account(tmp_path, "site-007") == [first]
+    append_account(tmp_path, "site-007", [second])
+    assert read_account(tmp_path, "site-007") == [first, second]
+    assert not (tmp_path / "privacy" / shard / "site-007.msgpack").exists()
