@@ -24,12 +24,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.codecs import CODECS
+from protocol.methods import METHODS
 from protocol.wire import SHUFFLER_ID
 from sites.service import SiteService
 
 HOUSE_PREFIX = __name__.removesuffix("runner.processes")  # "" in a checkout, "quorum." in an install
+#: imported once by the fork server, before it forks any host: each host used to import the method and
+#: codec a session names on its first request (0.1-0.25 s of every host's CPU inside the first phase,
+#: with scipy.stats and the crypto among them; issue 40). Quorum's own modules only: an installed
+#: plugin is imported where it is used, so one that does not load cannot stop every run.
 PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "quantile_forest",
-           f"{HOUSE_PREFIX}sites.host", f"{HOUSE_PREFIX}shuffler.driver"]
+           f"{HOUSE_PREFIX}sites.host", f"{HOUSE_PREFIX}shuffler.driver",
+           *METHODS.builtin_modules(), *CODECS.builtin_modules()]  # named as the registries import them
 
 PROCESS_MEMORY = 64 * 2**20  # what one site process costs with a small model loaded (measured ~34 MB), with room
 PER_SITE_LIMIT = 64  # at most this many one-site processes, however large the machine

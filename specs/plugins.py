@@ -96,6 +96,11 @@ class Registry(Mapping):
             raise KeyError(name)
         return self._admit(path, name)
 
+    def builtin_modules(self) -> list[str]:
+        """The modules of Quorum's own classes of this kind (what a fork server may import once,
+        so that no process forked from it imports them on its first request)."""
+        return sorted({path.partition(":")[0] for path in self._builtins.values()})
+
     def __contains__(self, name) -> bool:
         return isinstance(name, str) and (name in self._classes or name in self._table())
 
