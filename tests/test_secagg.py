@@ -17,7 +17,8 @@ from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.methods.base import Send
 from protocol.secagg import primitives as crypto
 from protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
-from protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod
+from protocol.secagg import unmasking
+from protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod, sub_mod
 from protocol.secagg.shamir import PRIME, ShareError, reconstruct_secret, split_secret
 
 BITS, LENGTH = 20, 32
@@ -262,3 +263,86 @@ def test_barycentric_interpolation_equals_the_polynomial_everywhere():
     values = [rng.randrange(1, PRIME) for _ in range(40)]
     assert batch_inverse(values) == [pow(v, -1, PRIME) for v in values]
     assert batch_inverse([]) == [] and batch_inverse([5]) == [pow(5, -1, PRIME)]
+
+
+def test_the_unmasking_split_between_two_processes_gives_the_same_bits(monkeypatch):
+    """A large session's unmasking runs every other mask in a worker process (issue 40): forced
+    on for a small session, the sum is still the plaintext sum, bit for bit, and a worker ran."""
+    started = []
+    make_worker = unmasking._worker
+    monkeypatch.setattr(unmasking, "_worker", lambda: started.append(make_worker()) or started[-1])
+    monkeypatch.setattr(unmasking, "PARALLEL_FROM", 2)
+    inputs = make_inputs(40, seed=3)
+    drops = {"mask": {f"site-{i:03d}" for i in (1, 4, 9, 22, 31)}}
+    result, params, _ = secure_sum(inputs, drops, default_degree(40))
+    assert result.ok, result.reason
+    assert started and started[0] is not None  # the worker path was taken, not the fallback
+    assert result.included == sorted(set(inputs) - drops["mask"])
+    assert np.array_equal(result.total, plaintext_sum(inputs, result.included))
+
+
+def unmasking_jobs(count: int, ring, seed: int = 0):
+    """`count` jobs (self masks and dropped sites' pairwise masks, alternating) of known secrets,
+    and the sum of their masks computed directly from those secrets."""
+    rnd = random.Random(seed)
+    holders = list(range(1, 8))
+    jobs, expected = [], np.zeros(ring.length, dtype=np.uint64)
+    for i in range(count):
+        if i % 2 == 0:
+            seed_bytes = rnd.randbytes(32)
+            shares = split_secret(int.from_bytes(seed_bytes, "big"), ring.threshold, holders)
+            jobs.append(unmasking.SelfMask(f"site-{i}", shares))
+            expected = add_mod(expected, crypto.mask_vector(seed_bytes, ring.length, ring.bits), ring.bits)
+        else:
+            key = crypto.new_private_key()
+            shares = split_secret(int.from_bytes(crypto.private_bytes(key), "big"), ring.threshold, holders)
+            peers = [(crypto.new_private_key(), rnd.choice([1, -1])) for _ in range(3)]
+            survivors = tuple((crypto.public_bytes(peer), sign) for peer, sign in peers)
+            jobs.append(unmasking.PairwiseMasks(f"site-{i}", shares, crypto.public_bytes(key), survivors))
+            for peer, sign in peers:  # what the survivor added: agreed from its own end
+                mask = crypto.mask_vector(crypto.agree(peer, crypto.public_bytes(key), b"mask", ring.nonce),
+                                          ring.length, ring.bits)
+                expected = add_mod(expected, mask, ring.bits) if sign > 0 else sub_mod(expected, mask, ring.bits)
+    return jobs, expected
+
+
+def corrupted(job):
+    shares = dict(job.shares)
+    shares[min(shares)] = (shares[min(shares)] + 1) % PRIME
+    return type(job)(**{**job.__dict__, "shares": shares})
+
+
+@pytest.mark.parametrize("parallel_from", [2, 10**9])
+def test_unmasking_jobs_sum_exactly_and_the_first_failure_in_order_is_named(parallel_from):
+    ring = unmasking.Ring(threshold=4, length=16, bits=20, nonce=77)
+    jobs, expected = unmasking_jobs(10, ring)
+    total, failure = unmasking.masks_total(jobs, ring, parallel_from)
+    assert failure is None and np.array_equal(total, expected)
+    # a failure in the worker's half (odd position 3) and a later one in ours (6): job 3 is named
+    broken = list(jobs)
+    broken[3], broken[6] = corrupted(jobs[3]), corrupted(jobs[6])
+    assert unmasking.masks_total(broken, ring, parallel_from)[1].startswith("cannot rebuild the mask key of dropped site site-3")
+    broken = list(jobs)
+    broken[9], broken[4] = corrupted(jobs[9]), corrupted(jobs[4])
+    assert unmasking.masks_total(broken, ring, parallel_from)[1].startswith("cannot remove the self mask of site-4")
+    # a dropped site whose shares rebuild some other key than it advertised
+    other = unmasking.PairwiseMasks(jobs[1].site, jobs[1].shares, crypto.public_bytes(crypto.new_private_key()),
+                                    jobs[1].survivors)
+    assert "does not match" in unmasking.masks_total([jobs[0], other], ring, 2)[1]
+
+
+def test_unmasking_without_a_worker_runs_every_job_here(monkeypatch):
+    ring = unmasking.Ring(threshold=4, length=16, bits=64, nonce=5)
+    jobs, expected = unmasking_jobs(9, ring, seed=2)
+
+    class Dead:  # a worker that died: its jobs come back here
+        def submit(self, *args):
+            raise RuntimeError("worker gone")
+
+        def shutdown(self, **kwargs):
+            pass
+
+    for worker in (lambda: None, Dead):
+        monkeypatch.setattr(unmasking, "_worker", worker)
+        total, failure = unmasking.masks_total(jobs, ring, 2)
+        assert failure is None and np.array_equal(total, expected)

@@ -5,4 +5,5 @@ primitives:  key agreement, key derivation, share encryption and the mask genera
              `cryptography` (X25519, HKDF-SHA256, AES-GCM, ChaCha20).
 graph:       who shares with and masks against whom: the full graph or a sparse Harary graph.
 protocol:    the sans-I/O server (coordinator) and client (site) state machines.
+unmasking:   the server's last step, one job per mask to take off the sum (two cores when large).
 """

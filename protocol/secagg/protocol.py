@@ -35,8 +35,8 @@ import numpy as np
 
 from protocol.secagg import primitives as crypto
 from protocol.secagg.graph import harary_neighbours
-from protocol.secagg.shamir import (SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes,
-                                    share_to_bytes, split_secret)
+from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
+from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, masks_total
 
 #: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
 #: sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
@@ -182,45 +182,30 @@ class SecAggServer:
                     "dropped": sorted(self.neighbours[v] & lost_after_share)} for v in sorted(u3)}
 
     def _after_unmask(self, answers) -> Aggregate:
-        bits, length, t = self.params.modulus_bits, self.params.length, self.params.threshold
+        """The sum of the masked inputs less every survivor's self mask and the pairwise masks the
+        survivors added against each dropped site, all rebuilt from the unmask answers' shares
+        (protocol.secagg.unmasking: one job per mask, on two cores in a large session)."""
+        bits, length = self.params.modulus_bits, self.params.length
         u2, u3 = self.shared, set(self.masked)
         total = np.zeros(length, dtype=np.uint64)
         for u in sorted(u3):
             total = add_mod(total, self.masked[u], bits)
         answered = set(answers)  # once: a set of every answer per survivor was O(m^2)
-        for u in sorted(u3):  # remove self masks
-            holders = {self.index[v]: answers[v]["b"][u] for v in (self.neighbours[u] | {u}) & answered
-                       if u in answers[v]["b"]}
-            try:
-                seed = reconstruct_secret(holders, t)
-            except ShareError as exc:
-                return self._abort(f"cannot remove the self mask of {u}: {exc}")
-            total = sub_mod(total, crypto.mask_vector(_seed_bytes(seed), length, bits), bits)
-        for d in sorted(u2 - u3):  # remove the pairwise masks the survivors added against d
-            holders = {self.index[v]: answers[v]["s"][d] for v in self.neighbours[d] & answered
-                       if d in answers[v]["s"]}
-            try:
-                secret = reconstruct_secret(holders, t)
-                key = crypto.private_from_bytes(_seed_bytes(secret))
-            except (ShareError, ValueError) as exc:
-                return self._abort(f"cannot rebuild the mask key of dropped site {d}: {exc}")
-            if crypto.public_bytes(key) != self.keys[d]["s"]:
-                return self._abort(f"the shares of dropped site {d}'s mask key rebuild a key that does "
-                                   f"not match the one it advertised")
-            for u in sorted(self.neighbours[d] & u3):
-                mask = crypto.mask_vector(crypto.agree(key, self.keys[u]["s"], b"mask", self.nonce), length, bits)
-                # y_u holds sign(u, d) * mask; take it out
-                total = sub_mod(total, mask, bits) if self.index[u] < self.index[d] else add_mod(total, mask, bits)
-        return Aggregate(total, sorted(u3), dropped=dict(self.lost))
+        jobs: list = [SelfMask(u, {self.index[v]: answers[v]["b"][u] for v in (self.neighbours[u] | {u}) & answered
+                                   if u in answers[v]["b"]})
+                      for u in sorted(u3)]
+        jobs += [PairwiseMasks(d, {self.index[v]: answers[v]["s"][d] for v in self.neighbours[d] & answered
+                                   if d in answers[v]["s"]}, self.keys[d]["s"],
+                               tuple((self.keys[u]["s"], 1 if self.index[u] < self.index[d] else -1)
+                                     for u in sorted(self.neighbours[d] & u3)))
+                 for d in sorted(u2 - u3)]
+        masks, failure = masks_total(jobs, Ring(self.params.threshold, length, bits, self.nonce))
+        if failure:
+            return self._abort(failure)
+        return Aggregate(sub_mod(total, masks, bits), sorted(u3), dropped=dict(self.lost))
 
     def _abort(self, reason: str) -> Aggregate:
         return Aggregate(None, sorted(self.masked), reason, dropped=dict(self.lost))
-
-
-def _seed_bytes(secret: int) -> bytes:
-    if secret >= 1 << (8 * crypto.KEY_BYTES):
-        raise ShareError("rebuilt secret is longer than 32 bytes")
-    return secret.to_bytes(crypto.KEY_BYTES, "big")
 
 
 # --------------------------------------------------------------------------- client -----------
