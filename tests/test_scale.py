@@ -188,3 +188,19 @@ def test_a_run_this_machine_cannot_hold_is_refused_before_anything_is_written(tm
                                                             r"coordinator.*ulimit -Hn.*loopback ports.*at most about"):
         run_study(validate_scenario(raw), tmp_path / "big")
     assert not (tmp_path / "big").exists() and time.monotonic() - started < 30
+
+
+def test_the_connection_floor_benchmark_hears_every_connection_with_and_without_curve():
+    """bench/connection_floor.py, the floor docs/scale.md sets issue 40's start-up and memory goals
+    against, on a handful of connections: every hello arrives, and each run reports its cost."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "connection_floor.py"
+    spec = importlib.util.spec_from_file_location("connection_floor", path)
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    for curve in (False, True):
+        run = floor.measure(24, 10, curve)
+        assert run["heard"] == 24 and run["processes"] == 4
+        assert run["security"] == ("curve" if curve else "plain")
+        assert run["seconds_to_all_hellos"] > 0 and run["peak_memory_gib"] > 0
