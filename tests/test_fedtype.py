@@ -258,8 +258,10 @@ def test_scenarios_refuse_learning_methods_on_scores_and_conformal_methods_on_ex
 
 
 def test_run_over_site_processes_meters_rounds_and_survives_a_crashed_site(tmp_path):
+    # the crashed site is a dropout at once (its connection closes), so the deadline only bounds the
+    # honest sites' first setup: each imports torch and trains, 21-22 s under the suite's load once
     spec = load_scenario(SCENARIO, SMALL + [
-        "runtime.deadlines.respond=20", "faults=[{action: crash, sites: site-003, phase: round-1, method: fedtype}]"]).to_dict()
+        "runtime.deadlines.respond=90", "faults=[{action: crash, sites: site-003, phase: round-1, method: fedtype}]"]).to_dict()
     spec["methods"] = spec["methods"][:4]  # paper 002's own four (tests/test_fedtype_baselines.py runs the rest)
     summary = run_study(spec, tmp_path)
     run = RunDirectory(tmp_path)
