@@ -335,14 +335,17 @@ def test_unmasking_without_a_worker_runs_every_job_here(monkeypatch):
     ring = unmasking.Ring(threshold=4, length=16, bits=64, nonce=5)
     jobs, expected = unmasking_jobs(9, ring, seed=2)
 
-    class Dead:  # a worker that died: its jobs come back here
+    shut_down = []
+
+    class Dead:  # a worker that died: its jobs come back here, and the pool is still shut down
         def submit(self, *args):
             raise RuntimeError("worker gone")
 
         def shutdown(self, **kwargs):
-            pass
+            shut_down.append(kwargs)
 
     for worker in (lambda: None, Dead):
         monkeypatch.setattr(unmasking, "_worker", worker)
         total, failure = unmasking.masks_total(jobs, ring, 2)
         assert failure is None and np.array_equal(total, expected)
+    assert shut_down == [{"wait": False, "cancel_futures": True}]

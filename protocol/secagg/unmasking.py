@@ -90,11 +90,11 @@ def job_masks(job: SelfMask | PairwiseMasks, ring: Ring) -> np.ndarray:
     return _reduce(total, ring.bits)
 
 
-def run_jobs(jobs: list, ring: Ring, first: int = 0) -> tuple[np.ndarray, tuple[int, str] | None]:
+def run_jobs(jobs: list, ring: Ring) -> tuple[np.ndarray, tuple[int, str] | None]:
     """Sum of `jobs`' masks mod 2^bits, in order, up to the first that fails: (sum, None), or
-    (partial sum, (its position counted from `first`, reason))."""
+    (partial sum, (its position in `jobs`, reason))."""
     total = np.zeros(ring.length, dtype=np.uint64)
-    for position, job in enumerate(jobs, first):
+    for position, job in enumerate(jobs):
         try:
             total = total + job_masks(job, ring)
         except ValueError as exc:
