@@ -75,10 +75,13 @@ def measure(sites: int, per_process: int, curve: bool) -> dict:
                 for start in range(0, sites, per_process)]
     peak, watching = [0], [True]
 
+    def sample() -> None:
+        total = pss(os.getpid()) + sum(pss(child.pid) for child in children if child.pid)
+        peak[0] = max(peak[0], total)
+
     def watch() -> None:
         while watching[0]:
-            total = pss(os.getpid()) + sum(pss(child.pid) for child in children if child.pid)
-            peak[0] = max(peak[0], total)
+            sample()
             time.sleep(0.2)
 
     began = time.monotonic()
@@ -100,6 +103,7 @@ def measure(sites: int, per_process: int, curve: bool) -> dict:
         child_user, child_system = cpu_seconds(child.pid)
         user, system = user + child_user, system + child_system
     watching[0] = False
+    sample()  # every connection is up: a run shorter than the watcher's period is measured too
     done.set()
     for child in children:
         child.join(30)
