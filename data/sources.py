@@ -41,6 +41,9 @@ class DataSource(ABC):
 
     name: ClassVar[str]
     PARAMS: ClassVar[dict[str, dict]] = {}
+    #: whether every trial draws from the same records (a file: each trial re-splits the same
+    #: people, so a site's budget composes over the trials) or makes new ones (a generator)
+    fixed_records: ClassVar[bool] = True
 
     @staticmethod
     @abstractmethod
@@ -65,6 +68,7 @@ class DataSource(ABC):
 
 class Synthetic(DataSource):
     name = "synthetic"
+    fixed_records = False
     PARAMS = {
         "generator": {"type": "str", "choices": sorted(GENERATORS)},
         "n": {"type": "int", "min": 2},

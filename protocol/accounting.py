@@ -21,11 +21,23 @@ Two kinds of release are budgeted:
 Methods that release raw values (a local quantile, every score to a trusted curator) are
 recorded as `none` releases: no epsilon, listed so that a reader sees them.
 
-The scope is `trial` (each trial's data are fresh: the account starts again for data it has
-released nothing from; records are matched by the fingerprint of the data they came from, never
-by the trial number a coordinator names, so naming a new trial over the same data resets
-nothing) or `dataset` (one data set behind every trial, e.g. re-splits of the same file: every
-release of the run counts).
+A budget is keyed by the people, not by how their data is presented (issue 47). Each of a
+site's records (a row of its raw data: features and label, before any standardisation, model or
+score) has an identity, `record_ids`: a 64-bit digest of the row itself, so reordering the rows,
+rescoring them with another model, transforming them, or naming another trial number changes
+nothing. The scope says which releases compose:
+
+- `records` (the default): a release composes with every earlier release that used any of the
+  same records, per record: the site refuses a release that would take any one of its records
+  past the budget (releases over disjoint records, e.g. each trial's freshly drawn data, do not
+  compose; re-splits of one file overlap, and compose where they do);
+- `dataset`: every release of the site composes, whatever records it used.
+
+`trial` is the earlier name of `records` (scenarios that say it keep working).
+
+The defaults protect in total: a site with no budget of its own may spend epsilon
+DEFAULT_EPSILON at delta DEFAULT_DELTA per record (its per-release cap, protocol.policy, is no
+higher). "unlimited" exists only when written.
 """
 
 from __future__ import annotations
@@ -38,7 +50,16 @@ from functools import lru_cache
 import msgpack
 import numpy as np
 
-SCOPES = ("trial", "dataset")
+SCOPES = ("records", "dataset", "trial")  # trial: the earlier name of records
+#: The protective default budget (issue 47): epsilon 3 at delta 1e-6 for each record, over every
+#: release the site makes from it. Why these: epsilon 3 bounds how much any one release set can
+#: sharpen an attacker's odds about a person to a factor e^3 (about 20); it is at the low end of
+#: what deployed systems spend per user (Apple's and Google's local-DP telemetry spend 2-8 a
+#: day, the 2020 US Census about 17 in total) and covers a study's usual few releases per record
+#: (FedCP2-QQ at epsilon 1 three times, or one secure-sum histogram at epsilon 1-2). Delta 1e-6 is
+#: below 1/n for any site of up to a million records. A site whose study needs more writes it.
+DEFAULT_EPSILON = 3.0
+DEFAULT_DELTA = 1e-6
 COMPOSITIONS = ("basic", "pld")
 KINDS = ("dp", "kanon", "none")
 PLD_MAX_EPSILON = 30.0
@@ -51,9 +72,9 @@ MAX_CLAIMED = 100_000
 
 #: the scenario's `sites.budget` (scenarios.scenario validates against it)
 BUDGET_FIELDS = {
-    "scope": {"type": "str", "choices": list(SCOPES), "default": "trial"},
-    "epsilon": {"type": "float_or", "choices": ["unlimited"], "gt": 0, "default": "unlimited"},
-    "delta": {"type": "float", "gt": 0, "lt": 1, "default": 1e-5},
+    "scope": {"type": "str", "choices": list(SCOPES), "default": "records"},
+    "epsilon": {"type": "float_or", "choices": ["unlimited"], "gt": 0, "default": DEFAULT_EPSILON},
+    "delta": {"type": "float", "gt": 0, "lt": 1, "default": DEFAULT_DELTA},
     "composition": {"type": "str", "choices": list(COMPOSITIONS), "default": "pld"},
     "kanon_releases": {"type": "int", "min": 1, "default": 1},
 }
@@ -92,9 +113,9 @@ class Spend:
 
 @dataclass(frozen=True)
 class Budget:
-    scope: str = "trial"
-    epsilon: float | None = None  # None: no limit (spending is still recorded and reported)
-    delta: float = 1e-5
+    scope: str = "records"
+    epsilon: float | None = DEFAULT_EPSILON  # None: no limit, only when written (spending is still recorded)
+    delta: float = DEFAULT_DELTA
     composition: str = "pld"
     kanon_releases: int = 1
 
@@ -104,7 +125,13 @@ class Budget:
         spec = dict(spec or {})
         if spec.get("epsilon") == "unlimited":
             spec["epsilon"] = None
+        if spec.get("scope") == "trial":
+            spec["scope"] = "records"
         return Budget(**spec)
+
+    @property
+    def per_record(self) -> bool:
+        return self.scope != "dataset"
 
 
 def request_key(*parts) -> bytes:
@@ -112,10 +139,32 @@ def request_key(*parts) -> bytes:
     return hashlib.sha256(msgpack.packb(list(parts), use_bin_type=True)).digest()
 
 
+def record_ids(*columns) -> np.ndarray:
+    """Each record's identity (uint64): the first 8 bytes of BLAKE2b over the record's own values,
+    row by row across `columns` (e.g. the raw features X and the label y, before any
+    standardisation, model or score). Independent of the rows' order; the same person's row gets
+    the same identity in every trial, split or model (two identical rows share one identity,
+    which can only make a budget stricter). Never sent anywhere: it stays in the site's account."""
+    parts = [np.ascontiguousarray(np.asarray(c, dtype=float).reshape(len(np.asarray(c)), -1)) for c in columns]
+    if not parts or len(parts[0]) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    view = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return np.fromiter((int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "little")
+                        for row in view), dtype=np.uint64, count=len(view))
+
+
+def record_set(ids) -> tuple[str, np.ndarray]:
+    """(digest, sorted distinct identities) of a set of records: the digest names the set in the
+    account whatever the order the records came in."""
+    unique = np.unique(np.asarray(ids, dtype=np.uint64))
+    return hashlib.sha256(unique.tobytes()).hexdigest()[:32], unique
+
+
 def data_fingerprint(values) -> str:
-    """Which data a release was made from: a digest of the site's values (never sent anywhere)."""
-    array = np.ascontiguousarray(np.asarray(values, dtype=float))
-    return hashlib.sha256(repr(array.shape).encode() + array.tobytes()).hexdigest()[:32]
+    """Which records a release was made from, for data held without identities (each row of
+    `values` is a record): the record set's digest (record_set)."""
+    return record_set(record_ids(values))[0]
 
 
 def basic_composition(events: list[tuple[float, float]]) -> tuple[float, float]:
@@ -155,23 +204,76 @@ def pld_composition(events: list[tuple[float, float]], delta: float) -> float:
 
 @dataclass
 class SiteAccount:
-    """One site's releases under one budget; `records` is the whole state (plain data)."""
+    """One site's releases under one budget. `records` are the releases and refusals (plain
+    data); `sets` the record sets they were made from ({digest: sorted identities}, kept in the
+    account as entries of kind "records", written before the first release that uses them)."""
 
     budget: Budget
     records: list[dict] = field(default_factory=list)
+    sets: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        entries, self.records = self.records, []
+        for entry in entries:  # an account as read from storage: sets and releases interleaved
+            if entry.get("kind") == "records":
+                self.sets[entry["data"]] = np.frombuffer(entry["ids"], dtype=np.uint64)
+            else:
+                self.records.append(entry)
+        self._held: dict[str, np.ndarray] = {}  # sets held but not yet written
+        self._unsaved: list[dict] = []
+
+    def hold(self, ids) -> str:
+        """The digest of the record set `ids` a site now serves from (known to the account from
+        here on; written with the first release made from it)."""
+        digest, unique = record_set(ids)
+        if digest not in self.sets:
+            self._held[digest] = unique
+        return digest
+
+    def take_unsaved(self) -> list[dict]:
+        """The entries made since the last call, in order, for the site's storage."""
+        entries, self._unsaved = self._unsaved, []
+        return entries
+
+    def _ids(self, data: str) -> np.ndarray | None:
+        return self.sets.get(data, self._held.get(data))
+
+    def _overlaps(self, data: str | None, other: str) -> bool:
+        if data is None or other == data:
+            return other == data
+        mine, theirs = self._ids(data), self.sets.get(other)
+        return mine is not None and theirs is not None and bool(np.isin(mine, theirs, assume_unique=True).any())
 
     def _in_scope(self, trial: int, data: str | None = None) -> list[dict]:
-        """The records a new release composes with: every one (`dataset`), or under `trial` those
-        of the same data (its fingerprint: issue 36, a trial number named by the coordinator no
-        longer resets a budget whose data did not change), or of the trial when no data is given."""
-        if self.budget.scope == "dataset":
+        """The records a new release from the record set `data` composes with: every one
+        (`dataset`), or those made from a set sharing any record with it (`records`); by trial
+        number only when no data is given (reports)."""
+        if not self.budget.per_record:
             return list(self.records)
-        if data is not None:
-            return [r for r in self.records if r["data"] == data]
-        return [r for r in self.records if r["trial"] == trial]
+        if data is None:
+            return [r for r in self.records if r["trial"] == trial]
+        return [r for r in self.records if r["kind"] != "refused" and self._overlaps(data, r["data"])]
 
     def dp_events(self, trial: int, data: str | None = None) -> list[tuple[float, float]]:
+        """Every DP event in scope (a record of the set took part in at least one of them)."""
         return [(r["epsilon"], r["delta"]) for r in self._in_scope(trial, data) if r["kind"] == "dp"]
+
+    def dp_groups(self, trial: int, data: str | None = None) -> list[list[tuple[float, float]]]:
+        """The DP events each record of the set `data` took part in, one list per distinct history
+        (records used by the same earlier releases share one): what a new release composes with,
+        record by record. One list under `dataset`, or when the set's identities are unknown."""
+        scope = [r for r in self._in_scope(trial, data) if r["kind"] == "dp"]
+        mine = self._ids(data) if data is not None else None
+        if not self.budget.per_record or mine is None or not scope:
+            return [[(r["epsilon"], r["delta"]) for r in scope]]
+        by_set: dict[str, list[tuple[float, float]]] = {}
+        for r in scope:
+            by_set.setdefault(r["data"], []).append((r["epsilon"], r["delta"]))
+        digests = list(by_set)
+        member = np.stack([np.ones(len(mine), dtype=bool) if d == data else
+                           np.isin(mine, self.sets[d], assume_unique=True) for d in digests], axis=1)
+        return [[event for k in np.flatnonzero(pattern) for event in by_set[digests[k]]]
+                for pattern in np.unique(member, axis=0)]
 
     def composed(self, events: list[tuple[float, float]]) -> float:
         """The epsilon the budget's composition rule gives these events at the budget's delta."""
@@ -182,44 +284,57 @@ class SiteAccount:
 
     def cached_release(self, trial: int, data: str, spend: Spend):
         """The body of an earlier K-anonymous release answering the same request on the same
-        data within the scope, or None."""
+        records within the scope, or None."""
         for r in self._in_scope(trial, data):
             if r["kind"] == "kanon" and r["data"] == data and r["key"] == spend.key:
                 return r["body"]
         return None
 
     def admit(self, trial: int, data: str, spend: Spend) -> None:
-        """Raise BudgetExceeded when answering would take the site past its budget."""
+        """Raise BudgetExceeded when answering would take the site (under `records`: any one of
+        the set's records) past its budget."""
         b = self.budget
+        per = "record" if b.per_record else "dataset"
         if spend.kind == "kanon":
             made = {(r["data"], r["key"]) for r in self._in_scope(trial, data) if r["kind"] == "kanon"}
             if len(made) >= b.kanon_releases:
                 raise BudgetExceeded(
-                    f"privacy budget: this site has made {len(made)} K-anonymous release(s) "
-                    f"(at most {b.kanon_releases} per {b.scope}); a different table could be differenced "
+                    f"privacy budget: this site has made {len(made)} K-anonymous release(s) of these records "
+                    f"(at most {b.kanon_releases} per {per}); a different table could be differenced "
                     f"against {'it' if len(made) == 1 else 'them'}")
         elif spend.kind == "dp" and b.epsilon is not None:
-            events = self.dp_events(trial, data) + [(spend.epsilon, spend.delta)]
-            total = self.composed(events)
+            worst, total = [], -1.0
+            for events in self.dp_groups(trial, data):
+                composed = self.composed(events + [(spend.epsilon, spend.delta)])
+                if composed > total:
+                    worst, total = events, composed
             if total > b.epsilon * (1 + 1e-12):
-                spent = self.composed(events[:-1])
                 raise BudgetExceeded(
                     f"privacy budget: answering at epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} would "
                     f"bring this site's {b.composition} composition to epsilon {total:.4g} at delta {b.delta:g} "
-                    f"per {b.scope}, over its budget {b.epsilon:g} (spent so far: {spent:.4g})")
+                    f"per {per}, over its budget {b.epsilon:g} (spent so far: {self.composed(worst):.4g})")
+
+    def _append(self, entry: dict) -> None:
+        data = entry["data"]
+        if data in self._held:  # the set is written before the first release made from it
+            ids = self._held.pop(data)
+            self.sets[data] = ids
+            self._unsaved.append({"kind": "records", "data": data, "ids": ids.tobytes()})
+        self.records.append(entry)
+        self._unsaved.append(entry)
 
     def record(self, trial: int, session: int, method: str, data: str, spend: Spend, body=None,
                reused: bool = False, noise: str = "os") -> None:
         """A release made (`reused`: an earlier K-anonymous release sent again, nothing new;
         `noise`: where its privacy noise came from, protocol.policy)."""
-        self.records.append({"trial": trial, "session": session, "method": method, "kind": spend.kind,
-                             "epsilon": spend.epsilon if not reused else 0.0,
-                             "delta": spend.delta if not reused else 0.0, "model": spend.model,
-                             "data": data, "key": spend.key, "reused": reused, "reason": "", "noise": noise,
-                             "body": body if spend.kind == "kanon" and not reused else None})
+        self._append({"trial": trial, "session": session, "method": method, "kind": spend.kind,
+                      "epsilon": spend.epsilon if not reused else 0.0,
+                      "delta": spend.delta if not reused else 0.0, "model": spend.model,
+                      "data": data, "key": spend.key, "reused": reused, "reason": "", "noise": noise,
+                      "body": body if spend.kind == "kanon" and not reused else None})
 
     def refusal(self, trial: int, session: int, method: str, reason: str) -> None:
         """A request the budget refused (nothing released), kept for the report."""
-        self.records.append({"trial": trial, "session": session, "method": method, "kind": "refused",
-                             "epsilon": 0.0, "delta": 0.0, "model": "", "data": "", "key": b"",
-                             "reused": False, "reason": reason, "body": None})
+        self._append({"trial": trial, "session": session, "method": method, "kind": "refused",
+                      "epsilon": 0.0, "delta": 0.0, "model": "", "data": "", "key": b"",
+                      "reused": False, "reason": reason, "body": None})

@@ -31,14 +31,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from protocol.accounting import Spend
+from protocol.accounting import DEFAULT_EPSILON, Spend
 from protocol.noise import NOISE_SOURCES
 
 #: the scenario's `sites.policy` and the `policy:` part of a site operator's file
 POLICY_FIELDS = {
     "methods": {"type": "list", "of": {"type": "str"}, "min_len": 1, "default": ["all"]},
     "min_k": {"type": "int", "min": 2, "default": 5},
-    "max_epsilon": {"type": "float_or", "choices": ["unlimited"], "gt": 0, "default": 10.0},
+    "max_epsilon": {"type": "float_or", "choices": ["unlimited"], "gt": 0, "default": DEFAULT_EPSILON},
     "non_private": {"type": "str", "choices": ["refuse", "allow"], "default": "refuse"},
     "min_contributors": {"type": "int", "min": 1, "default": 3},
     "noise": {"type": "str", "choices": list(NOISE_SOURCES), "default": "os"},
@@ -50,7 +50,7 @@ POLICY_FIELDS = {
 class SitePolicy:
     methods: tuple[str, ...] = ("all",)
     min_k: int = 5
-    max_epsilon: float = 10.0  # math.inf: no limit per release
+    max_epsilon: float = DEFAULT_EPSILON  # the default total budget: one release may not spend more; inf: written "unlimited"
     non_private: str = "refuse"
     min_contributors: int = 3
     noise: str = "os"

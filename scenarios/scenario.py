@@ -26,7 +26,7 @@ from data.heterogeneity import HETEROGENEITY_FIELDS
 from data.sources import SOURCES
 from data.split import site_sizes
 from models import MODELS
-from protocol.accounting import BUDGET_FIELDS
+from protocol.accounting import BUDGET_FIELDS, Budget, SiteAccount
 from protocol.methods import METHODS
 from protocol.policy import POLICY_FIELDS, SitePolicy
 from specs.plugins import PluginError, is_import_path
@@ -268,6 +268,7 @@ def _cross_checks(s: dict):
                                 fault["method"])
         yield from _fault_reach(fault, index, s, labels)
     yield from _policy_checks(s)
+    yield from _budget_checks(s)
     for field, expectation, got in network_problems(s["network"], site_ids(s["sites"]["count"])):
         yield ScenarioError(f"network.{field}", expectation, got)
     for index, attack in enumerate(s["attacks"]):
@@ -304,6 +305,39 @@ def _policy_checks(s: dict):
         if refusal is not None:
             yield ScenarioError(f"methods[{index}]", f"a method the sites' policy (sites.policy) allows; {refusal}",
                                 spec["label"])
+
+
+def _budget_checks(s: dict):
+    """Releases the sites' budget (sites.budget) could not all make, named before the run starts
+    (the sites would refuse the last ones): the DP releases of one trial composed by the budget's
+    rule, and of every trial when each trial re-splits the same records (a data file) and the
+    budget is kept per record."""
+    budget = Budget.from_spec(s["sites"]["budget"])
+    if budget.epsilon is None:
+        return
+    events, names = [], []
+    for spec in s["methods"]:
+        try:
+            spend = METHODS[spec["name"]](s["alpha"], **method_params(spec)).planned_spend(s["sites"]["count"])
+        except (TypeError, ValueError):  # named by _policy_checks
+            continue
+        if spend is not None and spend.kind == "dp":
+            events.append((spend.epsilon, spend.delta))
+            names.append(f"{spec['label']} ({spend.epsilon:.3g}, {spend.delta:.3g})")
+    if not events:
+        return
+    recurring = budget.per_record and SOURCES[s["data"]["source"]].fixed_records and s["trials"] > 1
+    if recurring:
+        events = events * s["trials"]
+    account = SiteAccount(budget)
+    total = account.composed(events)
+    if total > budget.epsilon * (1 + 1e-12):
+        what = (f"{s['trials']} trials over the same records of {s['data']['source']} data" if recurring
+                else "one trial")
+        yield ScenarioError("sites.budget.epsilon",
+                            f"a budget that covers {what}: {', '.join(names)} compose to epsilon {total:.4g} at "
+                            f"delta {budget.delta:g} ({budget.composition}); write a larger budget (or "
+                            f"'unlimited', knowingly) in sites.budget", budget.epsilon)
 
 
 SITE_FILE_FIELDS = {**POLICY_FIELDS, "budget": {"type": "map", "fields": BUDGET_FIELDS}}

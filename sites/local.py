@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from models.base import in_site_process
-from protocol.accounting import Budget, BudgetExceeded, SiteAccount, data_fingerprint
+from protocol.accounting import Budget, BudgetExceeded, SiteAccount, record_ids
 from protocol.codecs import PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.noise import PrivacyNoise
@@ -57,20 +57,25 @@ class SiteLocal:
             records, self.broken = [], str(exc)
         self.policy = SitePolicy.from_spec(policy)
         self.account = SiteAccount(Budget.from_spec(budget), records)
-        self._saved = len(self.account.records)  # records already on the site's storage
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Score this site's calibration data for `trial` with the trial's model; return n_j."""
         rows, self.device = self.trials.site_rows(trial, self.site_id)
-        return self.hold(trial, seed, rows)
+        return self.hold(trial, seed, rows, self.trials.record_ids(trial, self.site_id))
 
-    def hold(self, trial: int, seed: int, rows: np.ndarray) -> int:
-        """Serve `trial` with these rows (what open_trial computed); return n_j."""
+    def hold(self, trial: int, seed: int, rows: np.ndarray, records: np.ndarray | None = None) -> int:
+        """Serve `trial` with these rows (what open_trial computed); return n_j. `records`: the
+        identities of the records behind the rows (protocol.accounting.record_ids of the raw
+        data), which key the budget; None: each row is a record, identified by its values."""
         if trial != self.trial:
             self._owners = {}
         self.trial, self.seed, self._halves = trial, seed, {}
         self.rows = np.asarray(rows, dtype=float)
-        self.fingerprint = data_fingerprint(self.rows)
+        if records is None:
+            records = record_ids(self.rows)
+        elif len(records) != len(self.rows):
+            raise ValueError(f"{self.site_id}: {len(records)} record identities for {len(self.rows)} rows")
+        self.fingerprint = self.account.hold(records)
         return int(len(self.rows))
 
     def answer(self, session: int, method_name: str, phase: str, body: dict):
@@ -139,8 +144,7 @@ class SiteLocal:
         self._save()
 
     def _save(self) -> None:
-        append_account(self.workdir, self.site_id, self.account.records[self._saved:], self.commit)
-        self._saved = len(self.account.records)
+        append_account(self.workdir, self.site_id, self.account.take_unsaved(), self.commit)
 
     @staticmethod
     def sealing_claim(method_name: str, phase: str, body: dict) -> dict:

@@ -7,6 +7,7 @@ takes nothing but its own slice (and the shared model).
 
     WORKDIR/trial-0003/model.pkl
     WORKDIR/trial-0003/X.npy, y.npy     (every site's calibration rows, site after site)
+    WORKDIR/trial-0003/ids.npy          (each row's record identity, protocol.accounting.record_ids)
     WORKDIR/trial-0003/rows.json        ({site id: [first row, end row]} into X and y)
     WORKDIR/locks/load-N                (model_slot's lock files)
     WORKDIR/privacy/site-007.msgpack    (site-007's privacy account: every release it made, appended
@@ -47,16 +48,23 @@ def model_path(workdir, trial: int) -> Path:
     return trial_dir(workdir, trial) / "model.pkl"
 
 
-def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Write the model and every site's rows; each file atomically (temporary file, then rename),
-    the row index last, so that a reader who finds rows.json finds the arrays it indexes."""
+def write_trial(workdir, trial: int, model, shards: dict[str, tuple[np.ndarray, np.ndarray]],
+                records: dict[str, np.ndarray] | None = None) -> None:
+    """Write the model and every site's rows (and `records`: each row's record identity, which
+    keys the site's budget; None: each row is identified by its own values); each file
+    atomically (temporary file, then rename), the row index last, so that a reader who finds
+    rows.json finds the arrays it indexes."""
     directory = trial_dir(workdir, trial)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     _atomic_write(model_path(workdir, trial), pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))
     sites = list(shards)
     bounds = np.cumsum([0] + [len(shards[s][1]) for s in sites]).tolist()
-    for name, part in (("X", 0), ("y", 1)):
-        arrays = [np.asarray(shards[s][part]) for s in sites]
+    columns = [("X", [np.asarray(shards[s][0]) for s in sites]), ("y", [np.asarray(shards[s][1]) for s in sites])]
+    if records is not None:
+        columns.append(("ids", [np.asarray(records[s], dtype=np.uint64) for s in sites]))
+    else:  # no stale identities from an earlier write of this trial
+        (directory / "ids.npy").unlink(missing_ok=True)
+    for name, arrays in columns:
         target = directory / f"{name}.npy"
         tmp = _private_temp(target, ".npy")
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
@@ -71,6 +79,12 @@ def read_rows(workdir, trial: int) -> tuple[np.ndarray, np.ndarray, dict[str, li
     directory = trial_dir(workdir, trial)
     index = json.loads(rows_path(workdir, trial).read_bytes())
     return np.load(directory / "X.npy", mmap_mode="r"), np.load(directory / "y.npy", mmap_mode="r"), index
+
+
+def read_record_ids(workdir, trial: int) -> np.ndarray | None:
+    """Each row's record identity (ids.npy, memory-mapped), or None when the trial has none."""
+    path = trial_dir(workdir, trial) / "ids.npy"
+    return np.load(path, mmap_mode="r") if path.exists() else None
 
 
 def read_model(workdir, trial: int):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sites.storage import model_slot, read_model, read_rows, rows_path
+from sites.storage import model_slot, read_model, read_record_ids, read_rows, rows_path
 
 if TYPE_CHECKING:  # a site process imports the world (data, models) only when it builds one
     from world.trial import WorldSpec
@@ -36,6 +36,7 @@ class TrialCache:
         self.trial: int | None = None
         self._model = None
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._ids: dict[str, np.ndarray] = {}  # each site's record identities (protocol.accounting.record_ids)
         self._waiting: set[str] = set()  # sites that have not scored the open trial yet
         self._slot: ExitStack | None = None
 
@@ -54,6 +55,11 @@ class TrialCache:
         if not self._waiting:
             self.release()
         return scores, device
+
+    def record_ids(self, trial: int, site_id: str) -> np.ndarray | None:
+        """The identities of the records behind `site_id`'s rows in `trial` (None: the trial was
+        written without them; each row is then identified by its values)."""
+        return self._ids.get(site_id) if trial == self.trial else None
 
     def forget(self, site_id: str) -> None:
         """A site that will never score (it crashed): do not keep the model for it."""
@@ -74,13 +80,14 @@ class TrialCache:
 
     def _load(self, trial: int) -> None:
         self.release()
-        self.trial, self._rows = None, {}
+        self.trial, self._rows, self._ids = None, {}, {}
         if self.world is not None and not rows_path(self.workdir, trial).exists():
             from world.trial import build_trial
 
             world = build_trial(self.world, trial)
             model = world.model
             self._rows = {site: world.shards[site] for site in self.site_ids if site in world.shards}
+            self._ids = {site: world.record_ids[site] for site in self._rows}
             del world
         else:
             self._slot = ExitStack()
@@ -89,4 +96,8 @@ class TrialCache:
             X, y, index = read_rows(self.workdir, trial)
             self._rows = {site: (X[start:end], y[start:end]) for site, (start, end) in index.items()
                           if site in self.site_ids}
+            ids = read_record_ids(self.workdir, trial)
+            if ids is not None:
+                self._ids = {site: np.asarray(ids[start:end]) for site, (start, end) in index.items()
+                             if site in self.site_ids}
         self.trial, self._model, self._waiting = trial, model, set(self._rows)

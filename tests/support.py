@@ -26,7 +26,7 @@ def trial_zero(workdir: Path):
     """The tiny scenario and its trial 0, with every site's shard and the model on disk."""
     scenario = load_scenario(TINY).to_dict()
     world = build_trial(WorldSpec.of(scenario), 0)
-    write_trial(workdir, 0, world.model, world.shards)
+    write_trial(workdir, 0, world.model, world.shards, world.record_ids)
     return scenario, world
 
 

@@ -96,7 +96,7 @@ def test_a_trial_budget_follows_the_data_not_the_trial_number(tmp_path):
     local.hold(1, 0, data)  # trial 1, the same data
     with pytest.raises(RequestError, match="privacy budget"):
         local.answer(1001, "fedcp2_qq", "respond", body)
-    local.hold(2, 0, data + 1.0)  # fresh data
+    local.hold(2, 0, data + 5.0)  # fresh data (no record shared: data + 1 would share the value 1.0)
     local.answer(2001, "fedcp2_qq", "respond", body)
     account = SiteAccount(Budget(epsilon=1.0, composition="basic"), read_account(tmp_path, "site-0"))
     assert account.dp_events(0, account.records[0]["data"]) == [(0.6, 0.0)]

@@ -252,7 +252,7 @@ def test_a_site_refuses_a_request_past_its_epsilon_even_after_a_restart(tmp_path
     restarted.hold(1, 1, local.rows)
     with pytest.raises(RequestError, match="over its budget 1"):
         restarted.answer(1001, "fedcp2_qq", "respond", bin_request(0.9))
-    restarted.hold(2, 1, local.rows + 1.0)
+    restarted.hold(2, 1, local.rows + 100.0)
     restarted.answer(2001, "fedcp2_qq", "respond", bin_request(0.9))
     dataset = SiteLocal("site-1", tmp_path, budget={**budget, "scope": "dataset"})
     dataset.hold(0, 1, local.rows)

@@ -43,6 +43,9 @@ def bin_probabilities(scores, bins: Bins, level: float, epsilon: float) -> np.nd
     return np.exp(exponential_mechanism_log_probabilities(histogram, level, epsilon))
 
 
+UNLIMITED = {"epsilon": "unlimited"}  # statistical tests of one mechanism ask it hundreds of times
+
+
 def site(tmp_path, policy=None, budget=None, scores=None, name="site-000", trial=0, seed=7):
     local = SiteLocal(name, tmp_path, budget=budget, policy=policy)
     local.hold(trial, seed, np.linspace(0.05, 3.95, 60) if scores is None else scores)
@@ -82,7 +85,7 @@ def test_a_coordinator_that_replays_the_seed_predicts_the_release_only_when_the_
         return int(min(np.searchsorted(cdf, u, side="right"), BINS["count"] - 1))
 
     for noise, expect_all in (("seeded", True), ("os", False)):
-        local = site(tmp_path / noise, policy={"noise": noise}, scores=scores)
+        local = site(tmp_path / noise, policy={"noise": noise}, scores=scores, budget=UNLIMITED)
         hits = sum(exp_mech(local, session=s) == replayed(s) for s in range(300))
         if expect_all:
             assert hits == 300

@@ -19,6 +19,7 @@ from data.heterogeneity import assign_sites, shift_response, site_shifts, treatm
 from data.sources import SOURCES
 from data.split import site_sizes, split_indices, standardize
 from models import MODELS, Model
+from protocol.accounting import record_ids
 from stats.randomness import trial_rng
 
 
@@ -60,6 +61,9 @@ class TrialWorld:
     shifts: np.ndarray | None = None  # per-site alpha_j of location/scale heterogeneity
     X_test: np.ndarray | None = field(repr=False, default=None)
     heterogeneity: str = "none"  # the kind of sites.heterogeneity (location / scale shifts use `shifts`)
+    #: site id -> each calibration row's record identity (protocol.accounting.record_ids of the raw
+    #: row, before standardisation or shifts): what a site's privacy budget is keyed by
+    record_ids: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
 
     @cached_property
     def public(self) -> "PublicFacts":
@@ -125,6 +129,7 @@ def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
         X_test, y_test = dataset.X_test, dataset.y_test
     else:
         X_test, y_test = dataset.X[test], dataset.y[test]
+    cal_ids = record_ids(dataset.X[cal], dataset.y[cal])  # who the rows are, before any transform
     X_train, X_cal, X_test = standardize(dataset.X[train], dataset.X[cal], X_test)
     y_train, y_cal = dataset.y[train], dataset.y[cal]
     if dataset.scale_response:  # paper 000's reference code: y / mean |y_train|
@@ -144,7 +149,8 @@ def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
     shards = {site: (X_cal[part], shift_response(hetero["kind"], y_cal[part], alpha)
                      + beta * treatment_group(X_cal[part]))
               for site, part, alpha, beta in zip(ids, parts, shifts, betas)}
+    records = {site: cal_ids[part] for site, part in zip(ids, parts)}
     test_base = model.base_predictions(X_test)
     return TrialWorld(trial, model.for_sites(), shards, y_test, test_base, (X_train, y_train),
                       task=model.task if model.task == "two_sample" else dataset.task, shifts=shifts,
-                      X_test=X_test, heterogeneity=hetero["kind"])
+                      X_test=X_test, heterogeneity=hetero["kind"], record_ids=records)
