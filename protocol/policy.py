@@ -15,6 +15,9 @@ policy and refuses, with the reason, a request that asks for more than the polic
   sites' inputs (a shuffle's messages, a secure sum's noisy inputs);
 - `unseen_claims`: "trust" (the default) or "refuse" a claim the site cannot check from what it
   sees (a sparse secure sum's global count of inputs, beyond its neighbourhood);
+- `trials`: how many trials it builds data for, trial numbers 0 .. trials - 1 (100 by default): a
+  coordinator that names another trial is refused before anything is built or scored (a site
+  that builds its data from a scenario would otherwise draw a fresh data set for every number);
 - `noise`: "os" (the default: every draw that protects a release comes from the operating
   system's CSPRNG, protocol.noise.PrivacyNoise) or "seeded" (the draws replay from the scenario
   seed: for reproducing figures and regression tests only; every output of such a run says that
@@ -43,6 +46,7 @@ POLICY_FIELDS = {
     "min_contributors": {"type": "int", "min": 1, "default": 3},
     "noise": {"type": "str", "choices": list(NOISE_SOURCES), "default": "os"},
     "unseen_claims": {"type": "str", "choices": ["trust", "refuse"], "default": "trust"},
+    "trials": {"type": "int", "min": 1, "max": 1_000_000, "default": 100},
 }
 
 
@@ -55,6 +59,7 @@ class SitePolicy:
     min_contributors: int = 3
     noise: str = "os"
     unseen_claims: str = "trust"
+    trials: int = 100
 
     @staticmethod
     def from_spec(spec: dict | None) -> "SitePolicy":
@@ -69,6 +74,12 @@ class SitePolicy:
     @property
     def seeded(self) -> bool:
         return self.noise == "seeded"
+
+    def trial_refusal(self, trial: int) -> str | None:
+        """Why this site will not open `trial` (None: it may)."""
+        if not 0 <= trial < self.trials:
+            return f"site policy: this site opens trials 0-{self.trials - 1} only, not {trial}"
+        return None
 
     def refusal(self, method: str, spend: Spend | None) -> str | None:
         """Why this site will not answer a request of `method` that releases `spend` (None: it
@@ -94,4 +105,4 @@ class SitePolicy:
         return {"methods": list(self.methods), "min_k": self.min_k,
                 "max_epsilon": None if math.isinf(self.max_epsilon) else self.max_epsilon,
                 "non_private": self.non_private, "min_contributors": self.min_contributors, "noise": self.noise,
-                "unseen_claims": self.unseen_claims}
+                "unseen_claims": self.unseen_claims, "trials": self.trials}

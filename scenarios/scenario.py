@@ -294,6 +294,9 @@ def _policy_checks(s: dict):
     """A method the sites' policy would refuse, named before the run starts (the sites refuse it
     anyway: this only saves a run that could not succeed)."""
     policy = SitePolicy.from_spec(s["sites"]["policy"])
+    if s["trials"] > policy.trials:
+        yield ScenarioError("trials", f"at most the {policy.trials} trials the sites' policy opens "
+                                      f"(sites.policy.trials)", s["trials"])
     for index, spec in enumerate(s["methods"]):
         try:
             method = METHODS[spec["name"]](s["alpha"], **method_params(spec))

@@ -60,6 +60,9 @@ class SiteLocal:
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Score this site's calibration data for `trial` with the trial's model; return n_j."""
+        refusal = self.policy.trial_refusal(trial)
+        if refusal is not None:  # nothing built, nothing scored
+            raise RequestError(refusal)
         rows, self.device = self.trials.site_rows(trial, self.site_id)
         return self.hold(trial, seed, rows, self.trials.record_ids(trial, self.site_id))
 

@@ -1,0 +1,165 @@
+"""Issue 47, points 1, 2 and 5: a site that cannot be talked into more.
+
+- Protective by default: with no policy or budget of its own a site spends at most epsilon 3 at
+  delta 1e-6 per record, per release and in total, across sessions, restarts and trial numbers.
+- Budgets keyed by the people: a release composes with every earlier release that used any of the
+  same records, record by record (checked against a brute-force per-record sum), whatever the
+  rows' order, their scores (the model), or the trial number a coordinator names.
+- A site opens only the trials its policy allows.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from protocol.accounting import DEFAULT_DELTA, DEFAULT_EPSILON, Budget, record_ids
+from protocol.codecs import CODECS
+from protocol.methods import RequestError
+from protocol.policy import SitePolicy
+from quorum import load_scenario
+from sites.local import SiteLocal
+from specs.schema import ScenarioError
+from tests.support import TINY
+from world.trial import WorldSpec, build_trial
+
+BINS = {"lo": 0.0, "hi": 4.0, "count": 40}
+
+
+def bin_request(epsilon: float) -> dict:
+    return CODECS["exp_mech_bins"]().wrap_request({"level": 0.5, "epsilon": epsilon, "bins": BINS})
+
+
+def ask(local: SiteLocal, session: int, epsilon: float):
+    return local.answer(session, "fedcp2_qq", "respond", bin_request(epsilon))
+
+
+def test_the_defaults_are_finite_and_the_release_cap_is_no_higher_than_the_total():
+    budget, policy = Budget.from_spec(None), SitePolicy.from_spec(None)
+    assert budget.epsilon == DEFAULT_EPSILON == 3.0 and budget.delta == DEFAULT_DELTA == 1e-6
+    assert budget.per_record
+    assert policy.max_epsilon <= budget.epsilon
+    assert Budget.from_spec({"epsilon": "unlimited"}).epsilon is None  # only when written
+
+
+def test_a_default_site_cannot_be_asked_for_its_data_again_and_again(tmp_path):
+    """The attack of issue 47: many epsilon-10 comparisons in fresh sessions rebuilt a site's
+    minimum, median and maximum. With the defaults an epsilon-10 release is refused outright, and
+    epsilon-1 releases stop at the budget, in new sessions, after a restart and under new trial
+    numbers over the same records."""
+    scores = np.linspace(0.05, 3.95, 60)
+    local = SiteLocal("site-0", tmp_path)
+    local.hold(0, 1, scores)
+    with pytest.raises(RequestError, match="above this site's largest, 3"):
+        ask(local, 0, 10.0)
+    answered = 0
+    for session in range(1, 10):
+        try:
+            ask(local, session, 1.0)
+            answered += 1
+        except RequestError as exc:
+            assert "privacy budget" in str(exc)
+    assert answered == 3  # pld composition of three epsilon-1 pure releases is exactly 3
+    restarted = SiteLocal("site-0", tmp_path)
+    for trial in (0, 1, 57):
+        restarted.hold(trial, 1, scores[::-1])  # a new trial number, the rows reordered
+        with pytest.raises(RequestError, match="privacy budget"):
+            ask(restarted, trial * 1000 + 1, 0.1)
+
+
+def brute_force_spent(history: list[tuple[set[int], float]], records: set[int]) -> float:
+    """Basic composition, record by record: the largest epsilon any one of `records` has spent."""
+    return max((sum(eps for used, eps in history if r in used) for r in records), default=0.0)
+
+
+def test_a_budget_composes_record_by_record_as_brute_force_does(tmp_path):
+    """Releases over overlapping record sets, with ids reordered and the rows rescored between them:
+    the site admits a release exactly when no record would pass the budget (basic composition,
+    compared with a brute-force per-record sum over every step)."""
+    budget = {"epsilon": 3.0, "composition": "basic"}
+    local = SiteLocal("site-0", tmp_path, budget=budget)
+    rng = np.random.default_rng(3)
+    plan = [(range(0, 10), 2.0), (range(10, 20), 2.0), (range(5, 15), 1.0), (range(0, 20), 0.5),
+            (range(20, 30), 3.0), (range(15, 25), 0.5), (range(25, 30), 0.1), (range(0, 5), 1.0)]
+    history: list[tuple[set[int], float]] = []
+    ids = np.arange(1, 31, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # any 64-bit identities
+    for session, (chosen, epsilon) in enumerate(plan):
+        records = set(chosen)
+        order = rng.permutation(sorted(records))
+        scores = rng.uniform(0.1, 3.9, size=len(order))  # another model's scores of the same people
+        trial = session % 3  # the trial number a coordinator names changes nothing
+        local.hold(trial, 0, scores, records=ids[order])
+        allowed = brute_force_spent(history, records) + epsilon <= 3.0 + 1e-9
+        if allowed:
+            ask(local, trial * 1000 + session, epsilon)
+            history.append((records, epsilon))
+        else:
+            with pytest.raises(RequestError, match="privacy budget"):
+                ask(local, trial * 1000 + session, epsilon)
+    # the plan exercises both answers, and a union of the overlapping sets' spending (5 at step 2)
+    # would have refused what the per-record rule rightly admits
+    assert [eps for _, eps in history] == [2.0, 2.0, 1.0, 3.0, 1.0]
+
+
+def test_a_dataset_budget_counts_every_release_whatever_the_records(tmp_path):
+    local = SiteLocal("site-0", tmp_path, budget={"epsilon": 2.0, "composition": "basic", "scope": "dataset"})
+    local.hold(0, 0, np.linspace(0, 1, 10), records=np.arange(10, dtype=np.uint64))
+    ask(local, 0, 1.5)
+    local.hold(1, 0, np.linspace(0, 1, 10), records=np.arange(100, 110, dtype=np.uint64))
+    with pytest.raises(RequestError, match="per dataset"):
+        ask(local, 1000, 1.0)
+
+
+def test_record_ids_follow_the_raw_row_not_its_order_or_transform():
+    X = np.random.default_rng(0).normal(size=(50, 3))
+    y = X.sum(axis=1)
+    ids = record_ids(X, y)
+    assert len(set(ids.tolist())) == 50
+    order = np.random.default_rng(1).permutation(50)
+    assert np.array_equal(record_ids(X[order], y[order]), ids[order])
+    assert not np.intersect1d(record_ids(X + 1e-9, y), ids).size  # another row is another record
+
+
+def world(spec: dict, trial: int):
+    return build_trial(WorldSpec.of(spec), trial)
+
+
+def test_a_real_data_set_keeps_its_records_across_trials_and_models():
+    """Each trial re-splits the same file: the same people recur (under other standardisations,
+    another model), so their identities recur; a synthetic source draws new people each trial."""
+    real = {"data": {"source": "sklearn", "name": "diabetes"}, "sites.count": 3, "sites.budget": {"epsilon": "unlimited"}}
+    base = load_scenario(TINY, real).to_dict()
+    ridge0, ridge1 = world(base, 0), world(base, 1)
+    forest = load_scenario(TINY, {**real, "model": {"kind": "cqr_forest", "params": {"n_estimators": 5}}}).to_dict()
+    forest0 = world(forest, 0)
+    for site in ridge0.shards:
+        assert np.array_equal(ridge0.record_ids[site], forest0.record_ids[site])  # rescoring changes nothing
+        assert not np.array_equal(ridge0.site_scores[site], forest0.site_scores[site])
+    ids0 = np.concatenate(list(ridge0.record_ids.values()))
+    ids1 = np.concatenate(list(ridge1.record_ids.values()))
+    assert np.intersect1d(ids0, ids1).size > 0.2 * len(ids0)  # re-split: many of the same people
+    synthetic = load_scenario(TINY).to_dict()
+    fresh0, fresh1 = world(synthetic, 0), world(synthetic, 1)
+    assert not np.intersect1d(np.concatenate(list(fresh0.record_ids.values())),
+                              np.concatenate(list(fresh1.record_ids.values()))).size
+
+
+def test_a_site_opens_only_the_trials_its_policy_allows(tmp_path):
+    from sites.trials import TrialCache
+
+    local = SiteLocal("site-000", tmp_path, policy={"trials": 5}, trials=TrialCache(tmp_path, ["site-000"]))
+    with pytest.raises(RequestError, match="opens trials 0-4 only, not 7"):
+        local.open_trial(7, 0)
+
+
+def test_a_scenario_past_its_sites_budget_or_trials_fails_validation_naming_the_fields():
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(TINY, {"sites.budget": {}, "sites.policy": {"non_private": "allow"}, "trials": 101})
+    text = str(caught.value)
+    assert "sites.budget.epsilon" in text and "compose to epsilon 7" in text
+    assert "epsilon 5 for one release is above this site's largest, 3" in text
+    assert "field 'trials'" in text and "100 trials the sites' policy opens" in text
+    for combination in itertools.product([{"epsilon": "unlimited"}], [{"non_private": "allow", "max_epsilon": 5}]):
+        load_scenario(TINY, {"sites.budget": combination[0], "sites.policy": combination[1]})
