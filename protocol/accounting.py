@@ -275,6 +275,26 @@ class SiteAccount:
         return [[event for k in np.flatnonzero(pattern) for event in by_set[digests[k]]]
                 for pattern in np.unique(member, axis=0)]
 
+    def histories(self, records: list[dict] | None = None) -> list[list[tuple[float, float]]]:
+        """The DP events of each record's history among `records` (default: all), one list per
+        distinct history: under `records` what each person's data went into (reports take the
+        worst); under `dataset` one list of every event. Releases from sets of unknown identities
+        (an account written before identities) count as one record set each."""
+        dp = [r for r in (self.records if records is None else records) if r["kind"] == "dp"]
+        if not self.budget.per_record or not dp:
+            return [[(r["epsilon"], r["delta"]) for r in dp]]
+        by_set: dict[str, list[tuple[float, float]]] = {}
+        for r in dp:
+            by_set.setdefault(r["data"], []).append((r["epsilon"], r["delta"]))
+        known = [d for d in by_set if d in self.sets]
+        lists = [events for d, events in by_set.items() if d not in self.sets]
+        if known:
+            universe = np.unique(np.concatenate([self.sets[d] for d in known]))
+            member = np.stack([np.isin(universe, self.sets[d], assume_unique=True) for d in known], axis=1)
+            lists += [[e for k in np.flatnonzero(pattern) for e in by_set[known[k]]]
+                      for pattern in np.unique(member, axis=0)]
+        return lists
+
     def composed(self, events: list[tuple[float, float]]) -> float:
         """The epsilon the budget's composition rule gives these events at the budget's delta."""
         if self.budget.composition == "basic":

@@ -11,8 +11,9 @@ privacy.csv, one row per site and method label, then one `total` row per site:
     basic composition), epsilon_composed (the budget's composition rule at its delta), scope,
     noise ("os": privacy noise from the OS CSPRNG; otherwise the words saying that the releases
     replay from the scenario seed and are not private, protocol.noise.NOT_PRIVATE).
-Under scope `trial` each trial's data are fresh, so every row gives the worst trial (its basic
-sums and its composition); under scope `dataset`, the whole run.
+Under scope `records` every row gives the worst record: the releases one of the site's records
+went into (their basic sums and their composition), whatever trial they came in; under scope
+`dataset`, the whole run.
 """
 
 from __future__ import annotations
@@ -42,21 +43,17 @@ def privacy_rows(accounts: dict[str, SiteAccount], labels: dict[int, str]) -> li
         by_method = defaultdict(list)
         for record in account.records:
             by_method[labels.get(record["session"], record["method"])].append(record)
-        per_trial = account.budget.scope == "trial"
         for method, records in sorted(by_method.items()):
-            rows.append({"site": site, "method": method, **_counts(account, records, per_trial)})
-        rows.append({"site": site, "method": "total", **_counts(account, account.records, per_trial)})
+            rows.append({"site": site, "method": method, **_counts(account, records)})
+        rows.append({"site": site, "method": "total", **_counts(account, account.records)})
     return rows
 
 
-def _counts(account: SiteAccount, records: list[dict], per_trial: bool) -> dict:
-    by_trial = defaultdict(list)
-    for r in records:
-        if r["kind"] == "dp":
-            by_trial[r["trial"] if per_trial else 0].append((r["epsilon"], r["delta"]))
-    worst = [basic_composition(e) for e in by_trial.values()]
+def _counts(account: SiteAccount, records: list[dict]) -> dict:
+    histories = account.histories(records)
+    worst = [basic_composition(e) for e in histories]
     eps, delta = max((e for e, _ in worst), default=0.0), max((d for _, d in worst), default=0.0)
-    composed = max((account.composed(e) for e in by_trial.values()), default=0.0)
+    composed = max((account.composed(e) for e in histories), default=0.0)
     return {"releases": sum(r["kind"] != "refused" and not r["reused"] for r in records),
             "reused": sum(bool(r["reused"]) for r in records),
             "refused": sum(r["kind"] == "refused" for r in records),
@@ -115,7 +112,7 @@ def privacy_line(section: dict) -> str:
     """One line for the terminal: the most any site spent, and what its budget refused or reused."""
     b = section["budget"]
     limit = "no limit" if b["epsilon"] is None else f"budget {b['epsilon']:g}"
-    per = "per trial" if b["scope"] == "trial" else "over the run"
+    per = "over the run" if b["scope"] == "dataset" else "per record"
     text = (f"privacy: each site spent at most epsilon {_fmt(section['epsilon_composed_max'])} "
             f"({b['composition']} at delta {b['delta']:g}, {per}; {limit})")
     if section["non_private_max"]:

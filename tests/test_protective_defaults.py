@@ -163,3 +163,55 @@ def test_a_scenario_past_its_sites_budget_or_trials_fails_validation_naming_the_
     assert "field 'trials'" in text and "100 trials the sites' policy opens" in text
     for combination in itertools.product([{"epsilon": "unlimited"}], [{"non_private": "allow", "max_epsilon": 5}]):
         load_scenario(TINY, {"sites.budget": combination[0], "sites.policy": combination[1]})
+
+
+def test_a_site_run_by_hand_serves_its_operator_s_policy_or_the_defaults_never_the_study_s(tmp_path):
+    """`run.py site --scenario STUDY` without --policy: the protective defaults, whatever the study's
+    sites.policy says (here: raw releases allowed, epsilon 5, budget 8); the study's only when the
+    operator accepts it, and then the terminal says what was accepted."""
+    from click.testing import CliRunner
+
+    from quorum.cli import cli
+    from quorum.hosting import describe_site_policy, site_policy
+    from scenarios.scenario import default_site_policy
+
+    study = load_scenario(TINY)
+    policy, budget, source = site_policy(None, study)
+    assert (policy, budget) == default_site_policy() and "protective defaults" in source
+    policy, budget, source = site_policy(None, study, accept_study_policy=True)
+    assert policy["non_private"] == "allow" and budget["epsilon"] == 8 and "accepted by the operator" in source
+    assert "budget: epsilon 8 at delta 1e-06 per record" in describe_site_policy(policy, budget)[1]
+    own = tmp_path / "policy.yaml"
+    own.write_text("max_epsilon: 1\nbudget: {epsilon: 2}\n")
+    policy, budget, source = site_policy(own, study)
+    assert policy["max_epsilon"] == 1 and budget["epsilon"] == 2 and str(own) in source
+    with pytest.raises(ValueError, match="not both"):
+        site_policy(own, study, accept_study_policy=True)
+    with pytest.raises(ValueError, match="needs the study's --scenario"):
+        site_policy(None, None, accept_study_policy=True)
+    refused = CliRunner().invoke(cli, ["site", "--connect", "tcp://127.0.0.1:1", "--site-id", "site-000", "--plain",
+                                       "--workdir", str(tmp_path / "w"), "--accept-study-policy"])
+    assert refused.exit_code == 2 and "needs the study's --scenario" in refused.output
+
+
+def test_privacy_csv_reports_the_worst_record_across_trials(tmp_path):
+    """A record in two trials' sets spent both releases; privacy.csv's total is that record's."""
+    from runner.privacy import privacy_rows, read_accounts
+    from sites.storage import read_account
+
+    budget = {"epsilon": 3.0, "composition": "basic"}
+    local = SiteLocal("site-000", tmp_path, budget=budget)
+    local.hold(0, 0, np.linspace(0, 1, 10), records=np.arange(0, 10, dtype=np.uint64))
+    ask(local, 1, 1.0)
+    local.hold(1, 0, np.linspace(0, 1, 10), records=np.arange(5, 15, dtype=np.uint64))
+    ask(local, 1001, 1.5)
+    local.hold(2, 0, np.linspace(0, 1, 10), records=np.arange(100, 110, dtype=np.uint64))
+    ask(local, 2001, 2.5)
+    assert len(read_account(tmp_path, "site-000")) == 3 + 3  # three sets, three releases
+    rows = privacy_rows(read_accounts(tmp_path, ["site-000"], Budget.from_spec(budget)), {})
+    total = next(r for r in rows if r["method"] == "total")
+    assert total["epsilon_basic"] == pytest.approx(2.5)  # 1 + 1.5 for records 5-9 is 2.5, as is trial 2
+    local.hold(3, 0, np.linspace(0, 1, 3), records=np.array([7, 8, 100], dtype=np.uint64))
+    ask(local, 3001, 0.5)
+    rows = privacy_rows(read_accounts(tmp_path, ["site-000"], Budget.from_spec(budget)), {})
+    assert next(r for r in rows if r["method"] == "total")["epsilon_basic"] == pytest.approx(3.0)
