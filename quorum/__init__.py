@@ -21,7 +21,8 @@ install()  # in a checkout: the house on the path, and quorum.protocol, ... the 
 _API = {"plan": "quorum.planning", "Run": "quorum.runs", "RunDirectoryError": "quorum.runs",
         "open_run": "quorum.runs", "run": "quorum.runs", "sweep": "quorum.runs", "pool_plot": "quorum.runs",
         "Scenario": "quorum.scenario", "load_scenario": "quorum.scenario", "ScenarioError": "quorum.scenario",
-        "predict": "quorum.runs", "fedscale_trace": "quorum.transport.links", "serve_sites": "quorum.hosting", "make_keys": "quorum.hosting", "site_ids_of": "quorum.hosting"}
+        "predict": "quorum.runs", "fedscale_trace": "quorum.transport.links", "serve_sites": "quorum.hosting", "make_keys": "quorum.hosting", "site_ids_of": "quorum.hosting",
+        "serve_shuffler": "quorum.hosting", "make_registry": "quorum.hosting"}
 
 __all__ = sorted(_API)
 

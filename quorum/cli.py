@@ -304,8 +304,11 @@ def timeline(run_dir, trial, out):
               help="This site operator's own policy and budget (YAML; docs/privacy.md): what the sites "
                    "serve, whatever the coordinator or the scenario asks. Default: the scenario's "
                    "sites.policy, or the most protective policy without a scenario.")
+@click.option("--registry", type=click.Path(dir_okay=False, exists=True),
+              help="The operators' party registry (JSON, `run.py registry`): the shuffler's public key and "
+                   "endpoint, which the sites trust from this file only (docs/shuffling.md).")
 def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout, sites_per_process,
-         policy_file):
+         policy_file, registry):
     """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
     serving all the sites named (--sites-per-process splits them over several)."""
     import quorum
@@ -319,7 +322,7 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
     try:
         hosts = quorum.serve_sites(connect, ids, workdir, scenario=spec, key_dir=None if plain else key_dir,
                                    idle_timeout=idle_timeout, sites_per_process=sites_per_process,
-                                   policy_file=policy_file)
+                                   policy_file=policy_file, registry=registry)
     except ScenarioError as exc:
         _print_problems(exc)
         sys.exit(2)
@@ -337,26 +340,77 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
 @click.option("--scenario", "scenario", type=click.Path(dir_okay=False), help="Create keys for its sites.")
 @click.option("--sites", type=click.IntRange(min=1), help="Or: for this many sites (site-000 ...).")
 @click.option("--coordinator", "coordinator_only", is_flag=True,
-              help="Only the coordinator's (and the shuffler's) key pairs: the coordinator's host.")
+              help="Only the coordinator's key pair: the coordinator's host.")
+@click.option("--shuffler", "shuffler_only", is_flag=True, help="Only the shuffler's key pair: the shuffler's host.")
 @click.option("--site-ids", "site_range", help="Only these sites' key pairs (e.g. 0-9): a site host's own.")
 @click.option("--coordinator-key", type=click.Path(dir_okay=False, exists=True),
               help="With --site-ids: the coordinator's public key file to copy in (coordinator.key).")
-def keys(directory, scenario, sites, coordinator_only, site_range, coordinator_key):
+def keys(directory, scenario, sites, coordinator_only, shuffler_only, site_range, coordinator_key):
     """Create CurveZMQ key pairs. Split across hosts (no party holds another's secret key): the
-    coordinator's host runs --coordinator, each site host --site-ids for its own sites and sends
-    the public SITE.key files to the coordinator's key directory. --scenario or --sites makes every
-    pair in one directory (one machine, or tests: whoever holds it holds every secret)."""
+    coordinator's host runs --coordinator, the shuffler's --shuffler, each site host --site-ids
+    for its own sites and sends the public SITE.key files to the coordinator's key directory.
+    --scenario or --sites makes every pair in one directory (one machine, or tests: whoever holds
+    it holds every secret)."""
     import quorum
 
     ids = quorum.site_ids_of(site_range)
     count = _load_or_exit(scenario, [])["sites"]["count"] if scenario else sites
-    if not (coordinator_only or ids or count):
-        raise click.UsageError("give --scenario or --sites (every pair here), --coordinator or --site-ids")
+    if not (coordinator_only or shuffler_only or ids or count):
+        raise click.UsageError("give --scenario or --sites (every pair here), --coordinator, --shuffler or --site-ids")
     try:
         click.echo(quorum.make_keys(directory, sites=count, coordinator_only=coordinator_only, site_ids=ids,
-                                    coordinator_key=coordinator_key))
+                                    coordinator_key=coordinator_key, shuffler_only=shuffler_only))
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+@click.option("--keys", "key_dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The public keys the parties sent: coordinator.key, shuffler.key, SITE.key.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The registry file to write (JSON).")
+@click.option("--shuffler-endpoint", help="Where the sites reach the shuffler, e.g. tcp://HOST:5600.")
+def registry(key_dir, out, shuffler_endpoint):
+    """Write the party registry: every party's public key, given to every party (--registry FILE),
+    which takes its peers' keys from it and from nowhere else (docs/shuffling.md)."""
+    import quorum
+
+    try:
+        click.echo(quorum.make_registry(key_dir, out, shuffler_endpoint=shuffler_endpoint))
+    except ScenarioError as exc:
+        _print_problems(exc)
+        sys.exit(2)
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+@click.option("--connect", required=True, help="Coordinator endpoint, e.g. tcp://HOST:PORT.")
+@click.option("--bind", required=True, help="Where the sites send sealed messages, e.g. tcp://0.0.0.0:5600.")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False), help="Where its log goes (logs/).")
+@click.option("--keys", "key_dir", type=click.Path(file_okay=False),
+              help="The shuffler's own key directory (shuffler.key_secret: run.py keys --shuffler).")
+@click.option("--registry", type=click.Path(dir_okay=False, exists=True),
+              help="The operators' party registry: the sites it admits, the coordinator's key.")
+@click.option("--plain", is_flag=True, help="No CurveZMQ (debugging only).")
+@click.option("--idle-timeout", type=float, default=3600.0, show_default=True,
+              help="Exit after this many seconds without a message from the coordinator.")
+def shuffler(connect, bind, workdir, key_dir, registry, plain, idle_timeout):
+    """Run the shuffler by hand, as a party of its own (its operator's host and keys)."""
+    import quorum
+
+    if not plain and not (key_dir and registry):
+        raise click.UsageError("CURVE needs --keys and --registry (or --plain for debugging)")
+    try:
+        shuffler = quorum.serve_shuffler(connect, bind, workdir, key_dir=None if plain else key_dir,
+                                         registry=registry, idle_timeout=idle_timeout)
+    except ScenarioError as exc:
+        _print_problems(exc)
+        sys.exit(2)
+    except (OSError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"shuffler serving at {shuffler.endpoint} -> {connect}; log in {Path(workdir) / 'logs'}")
+    shuffler.process.join()
+    sys.exit(shuffler.process.exitcode)
 
 
 @cli.group()

@@ -33,7 +33,8 @@ from transport.emulation import LinkEmulator
 from transport.kernel_links import KernelLinks
 from transport.faults import FaultInjector
 from transport.ledger import Ledger
-from transport.security import generate_keys, load_server_keys, write_site_publics
+from transport.registry import REGISTRY_FILE, write_registry
+from transport.security import COORDINATOR_KEY, generate_keys, load_public_key, load_server_keys, write_site_publics
 from protocol.noise import coordinator_rng
 
 
@@ -66,9 +67,12 @@ class ProcessFederation:
         #: what every site host serves with (the coordinator's and the shuffler's endpoints are set
         #: once bound); a Ray host builds its sites' data itself, as a host away from the harness does
         self.service = run.site_service("", rundir.work, key_dir=key_dir, builds_world=on_ray)
-        # a run's own hosts make their sites' key pairs in memory and send the public halves
+        # a run's own hosts make their sites' key pairs in memory and send the public halves; with a
+        # shuffler they read its key from the registry this launcher writes for them (_register)
         self.service = replace(self.service, keys_in_memory=key_dir is not None and not external_sites,
-                               start_timeout=runtime.deadlines.hello)
+                               start_timeout=runtime.deadlines.hello,
+                               registry=str(key_dir / REGISTRY_FILE) if key_dir and run.shuffled and not external_sites
+                               else None)
         if self.kernel is not None:
             self.service = replace(self.service, netns=self.kernel.namespace, sources=self.kernel.addresses)
         #: the scenario's attacks of the coordinator on its own sites (coordinator.adversary)
@@ -82,11 +86,13 @@ class ProcessFederation:
                              f"a site host of {self.placement.sites_per_process} sites", check_only=True)
         keys = None
         if key_dir is not None:
-            # The harness makes the coordinator's and the shuffler's key pairs only: the run's own
-            # hosts (local or on Ray) make their sites' in memory and send the public halves
-            # (transport.security); hosts started by hand put their SITE.key files in key_dir
-            generate_keys(key_dir, [SHUFFLER_ID])
-            keys = load_server_keys(key_dir, [*self.site_ids, SHUFFLER_ID] if external_sites else [SHUFFLER_ID])
+            # The harness makes the coordinator's key pair only: the run's own hosts (local or on
+            # Ray) make their sites' in memory and send the public halves (transport.security), the
+            # shuffler its own (_register); hosts and a shuffler started by hand by their operators
+            # send SITE.key and shuffler.key, which the coordinator's operator puts in key_dir
+            generate_keys(key_dir, [])
+            keys = load_server_keys(key_dir, [*self.site_ids, *([SHUFFLER_ID] if run.shuffled else [])]
+                                    if external_sites else [])
         self._key_dir = key_dir
         self.ledger = Ledger(rundir.ledger, keep_rows=False)  # in ledger.csv, not in memory (summed as flushed)
         self.channel = RouterChannel(bind, keys=keys)
@@ -112,8 +118,7 @@ class ProcessFederation:
         if self.kernel is not None:
             self.events.write("kernel_links", **self.kernel.describe())
         on_ray = self._log_dir is not None and self.launcher["kind"] == "ray"
-        if self.shuffled and self._log_dir is None:  # sites started by hand: their SITE.key files are here
-            self._start_shuffler()
+        # sites started by hand: the shuffler is their operators' too (`run.py shuffler`), not started here
         if on_ray:
             from runner.ray_hosts import RayHosts
 
@@ -137,7 +142,8 @@ class ProcessFederation:
 
     def _admit(self, publics: dict[str, bytes]) -> str | None:
         """The hosts made their sites' key pairs: admit the public halves and record them
-        (KEY_DIR/sites.public), then start the shuffler with them; its endpoint, or None."""
+        (KEY_DIR/sites.public), then start the shuffler, whose allow-list they become through the
+        registry (_register); its endpoint, or None."""
         for site, public in publics.items():
             self.channel.allow(public, site)
         if publics:
@@ -150,12 +156,27 @@ class ProcessFederation:
         return self._start_shuffler() if self.shuffled else None
 
     def _start_shuffler(self) -> str:
+        """The shuffler's process, which makes its own key pair (runner.processes.shuffler_main);
+        its endpoint once it serves under the registry `_register` wrote."""
         self.shuffler = ShufflerProcess(self._shuffler_bind, self.channel.endpoint, self._logs,
-                                        key_dir=self._key_dir, site_ids=self.site_ids, links=self.links,
-                                        site_publics=self._site_publics)
-        endpoint = self.shuffler.start()
+                                        secure=self._key_dir is not None, site_count=len(self.site_ids),
+                                        links=self.links)
+        endpoint = self.shuffler.start(self._register)
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
         return endpoint
+
+    def _register(self, shuffler_public: bytes) -> Path:
+        """This launcher playing the operators' part (transport.registry), as only a local run
+        can: admit the public key the shuffler made on the coordinator's allow-list, and write the
+        party registry (the coordinator's, the shuffler's and the sites' public keys) that the
+        shuffler takes its allow-list from and the sites the shuffler's key."""
+        self.channel.allow(shuffler_public, SHUFFLER_ID)
+        path = write_registry(self.service.registry, coordinator=load_public_key(self._key_dir, COORDINATOR_KEY),
+                              shuffler=shuffler_public, sites=self._site_publics or {})
+        self.events.write("registry", path=str(path), parties=2 + len(self._site_publics or {}),
+                          note="written by the launcher, playing the operators' part on this one machine; the "
+                               "shuffler made its key pair in its own process, the sites theirs")
+        return path
 
     def open_trial(self, trial: int, world) -> dict[str, int]:
         """Place each site's shard on its storage (sites we started), then the join phase: each

@@ -99,7 +99,8 @@ def caller_not_reimported():
 def host_main(name: str, site_ids: list[str], service: SiteService, log_path: str, watch_parent: bool,
               pipe) -> None:
     """A site host process: make or load its sites' keys, tell the launcher the public halves
-    (over `pipe`), learn the shuffler's endpoint from it, then serve."""
+    (over `pipe`), learn the shuffler's endpoint from it, then serve; the shuffler's public key
+    comes from the party registry (service.registry), which the launcher has written by then."""
     gc.freeze()  # what the fork server imported stays shared: a collection would copy its pages (40 MB a host)
     import setproctitle
 
@@ -118,9 +119,10 @@ def host_main(name: str, site_ids: list[str], service: SiteService, log_path: st
     service = service.with_shuffler(pipe.recv())
     pipe.close()
     shuffler_keys = None
-    if keys and service.shuffler:
-        shuffler_keys = (for_server(keys, load_public_key(key_dir, SHUFFLER_ID)) if service.keys_in_memory else
-                         {site: load_client_keys(key_dir, site, server=SHUFFLER_ID) for site in site_ids})
+    if keys and service.shuffler:  # the shuffler's key from the parties' registry, never from the launcher
+        from transport.registry import shuffler_public
+
+        shuffler_keys = for_server(keys, shuffler_public(service.registry))
     # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
     # an unreaped zombie (a pid check would still find it "alive").
     parent = multiprocessing.parent_process() if watch_parent else None
@@ -183,8 +185,15 @@ def _log_to(log_path: str) -> None:
     faulthandler.register(signal.SIGTERM, file=log_file, all_threads=True, chain=True)
 
 
-def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: str | None,
-                  site_ids: list[str], pipe, links=None, site_publics: dict | None = None) -> None:
+def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, pipe, *, secure: bool, site_count: int,
+                  links=None, key_dir: str | None = None, registry: str | None = None,
+                  idle_timeout: float | None = None, watch_parent: bool = True) -> None:
+    """The shuffler's process. With CURVE (`secure`) it holds its own key pair, which no other
+    process ever sees (issue 47): loaded from its own private key directory (`key_dir`, a
+    multi-host run's shuffler) or made here, in memory. Its allow-list and the coordinator's key
+    come from the party registry (transport.registry): the file `registry`, or, in a local run,
+    the one the launcher writes once this process has sent it the public half (over `pipe`).
+    Then it binds and sends its endpoint."""
     gc.freeze()
     import setproctitle
 
@@ -193,41 +202,71 @@ def shuffler_main(bind: str, coordinator_endpoint: str, log_path: str, key_dir: 
     _log_to(log_path)
     from shuffler.driver import serve
     from sites.host import descriptors_needed, raise_open_files
-    from transport.security import load_client_keys, load_server_keys
+    from transport.registry import shuffler_keys
+    from transport.security import load_key_pair, new_key_pair
 
-    raise_open_files(descriptors_needed(len(site_ids) + 1, per_socket=1), "the shuffler")
-
-    server_keys = load_server_keys(key_dir, site_ids, server=SHUFFLER_ID, publics=site_publics) if key_dir else None
-    client_keys = load_client_keys(key_dir, SHUFFLER_ID) if key_dir else None
-    parent = multiprocessing.parent_process()
+    server_keys = client_keys = None
+    if secure:
+        public, secret = load_key_pair(key_dir, SHUFFLER_ID) if key_dir else new_key_pair()
+        if registry is None:  # a local run: the launcher, playing the operators, registers this key
+            pipe.send(public)
+            registry = pipe.recv()
+        server_keys, client_keys = shuffler_keys(registry, public, secret)
+        site_count = len(server_keys.sites)
+    raise_open_files(descriptors_needed(site_count + 1, per_socket=1), "the shuffler")
+    parent = multiprocessing.parent_process() if watch_parent else None
     sys.exit(serve(bind, coordinator_endpoint, on_bound=pipe.send, server_keys=server_keys,
-                   client_keys=client_keys, parent_alive=parent.is_alive if parent else None, links=links))
+                   client_keys=client_keys, parent_alive=parent.is_alive if parent else None, links=links,
+                   idle_timeout=idle_timeout))
 
 
 class ShufflerProcess:
     """The shuffler (shuffler.driver) in its own OS process, `quorum-shuffler`, logging to
     LOGDIR/shuffler.log. start() returns the endpoint where sites send sealed messages. `links`:
     the run's network (transport.emulation.LinkEmulator), applied to the sites' sealed messages.
-    `site_publics`: the sites' public keys their hosts sent (else SITE.key files in key_dir)."""
+    `secure`: CURVE, with the process's own key pair (shuffler_main) and the party registry
+    `registry`, or the one start's `register` writes; `site_count`: the sites it serves without."""
 
-    def __init__(self, bind: str, coordinator_endpoint: str, log_dir: Path, *, key_dir: Path | None = None,
-                 site_ids=(), links=None, site_publics: dict | None = None) -> None:
+    def __init__(self, bind: str, coordinator_endpoint: str, log_dir: Path, *, secure: bool = False,
+                 site_count: int = 0, links=None, key_dir: str | Path | None = None,
+                 registry: str | Path | None = None, idle_timeout: float | None = None,
+                 watch_parent: bool = True) -> None:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
-        self._pipe, child = context.Pipe(duplex=False)
-        self.process = context.Process(target=shuffler_main, name=SHUFFLER_ID, daemon=True,
-                                       args=(bind, coordinator_endpoint, str(log_dir / "shuffler.log"),
-                                             str(key_dir) if key_dir else None, list(site_ids), child, links,
-                                                   site_publics))
+        self.secure, self.registry = secure, registry
+        self.public: bytes | None = None  # the shuffler's public key, once it sent it (never its secret)
+        self.endpoint: str | None = None  # where the sites reach it, once it serves
+        self._pipe, self._child = context.Pipe()
+        self.process = context.Process(
+            target=shuffler_main, name=SHUFFLER_ID, daemon=watch_parent,
+            args=(bind, coordinator_endpoint, str(Path(log_dir) / "shuffler.log"), self._child),
+            kwargs=dict(secure=secure, site_count=site_count, links=links, key_dir=str(key_dir) if key_dir else None,
+                        registry=str(registry) if registry else None, idle_timeout=idle_timeout,
+                        watch_parent=watch_parent))
 
-    def start(self, timeout: float = 60.0) -> str:
+    def start(self, register=None, timeout: float = 60.0) -> str:
+        """Start it; its endpoint. Without a registry file, `register(public)` is the launcher's
+        part: it is handed the public key the shuffler made and returns the registry's path."""
         with caller_not_reimported():
             self.process.start()
+        self._child.close()  # the process's end is its own now: its exit shows here as the pipe's end
+        if self.secure and self.registry is None:
+            self.public = self._receive(timeout, "send its public key")
+            self._pipe.send(str(register(self.public)))
+        self.endpoint = self._receive(timeout, "bind its socket")
+        return self.endpoint
+
+    def _receive(self, timeout: float, what: str):
         if not self._pipe.poll(timeout):
-            self.stop()
-            raise RuntimeError(f"the shuffler process did not bind its socket within {timeout:g} s "
-                               f"(exit code {self.process.exitcode})")
-        return self._pipe.recv()
+            self.stop(timeout=0.1)
+            raise RuntimeError(f"the shuffler process did not {what} within {timeout:g} s "
+                               f"(exit code {self.process.exitcode}): see its log, shuffler.log")
+        try:
+            return self._pipe.recv()
+        except EOFError:
+            self.stop(timeout=0.1)
+            raise RuntimeError(f"the shuffler process exited (code {self.process.exitcode}) before it could {what}: "
+                               f"see its log, shuffler.log") from None
 
     def stop(self, timeout: float = 5.0) -> None:
         self.process.join(timeout=timeout)

@@ -6,7 +6,8 @@ The harness stays the coordinator, here; only the site hosts move. Each host is 
 local process does (runner.processes.run_host): one DEALER per site to the coordinator's
 address over ZeroMQ, CurveZMQ on. What crosses Ray is the start-up only: the site service (its
 world spec: each host rebuilds its sites' data, as `run.py site --scenario` does), its sites' ids, the
-coordinator's and shuffler's public keys, and back the public halves of the key pairs each host
+coordinator's public key and, with a shuffler, the party registry the launcher wrote
+(transport.registry: the shuffler's public key), and back the public halves of the key pairs each host
 makes for its own sites (issue 35: a secret key never leaves the host that made it, and the
 coordinator holds public keys only), in chunks small enough to stay inline in Ray's task
 messages. Protocol messages go over ZeroMQ, never Ray.
@@ -21,14 +22,13 @@ cluster has; stopping kills what did not exit.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import tempfile
 import threading
 from pathlib import Path
-
-from protocol.wire import SHUFFLER_ID
 
 log = logging.getLogger("quorum.ray")
 
@@ -106,28 +106,29 @@ def _actor_class():
 
         def __init__(self) -> None:
             self.keys: dict = {}
-            self.shuffler_keys: dict = {}
 
         def where(self) -> dict:
             context = ray.get_runtime_context()
             return {"node": context.get_node_id(), "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
                     "gpus": [str(g) for g in ray.get_gpu_ids()]}
 
-        def make_keys(self, sites: list[str], coordinator_public: bytes, shuffler_public: bytes | None) -> dict:
+        def make_keys(self, sites: list[str], coordinator_public: bytes) -> dict:
             """A key pair for each of `sites`, made here and kept in this process's memory; the
             public halves go back to the harness (site -> Z85 public key)."""
-            from transport.security import client_keys_in_memory, for_server
+            from transport.security import client_keys_in_memory
 
             keys = client_keys_in_memory(sites, coordinator_public)
             self.keys.update(keys)
-            if shuffler_public is not None:
-                self.shuffler_keys.update(for_server(keys, shuffler_public))
             return {site: k.public for site, k in keys.items()}
 
-        def serve(self, name: str, site_ids: list[str], service, log_dir: str) -> int:
+        def serve(self, name: str, site_ids: list[str], service, log_dir: str, registry: str | None = None) -> int:
+            """Serve; `registry`: the party registry's text (transport.registry), from which the
+            sites take the shuffler's public key."""
             import setproctitle
 
             from runner.processes import host_title, run_host
+            from transport.registry import parse_registry
+            from transport.security import for_server
 
             setproctitle.setproctitle(host_title(name, site_ids))
             if Path(log_dir).is_dir():  # this node sees the run's directory (one machine, a shared file system)
@@ -139,8 +140,10 @@ def _actor_class():
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logging.getLogger().addHandler(handler)
             logging.getLogger().setLevel(logging.INFO)
-            keys, shuffler_keys = self.keys or None, self.shuffler_keys or None
-            self.keys, self.shuffler_keys = {}, {}
+            keys, self.keys = self.keys or None, {}
+            shuffler_keys = None
+            if keys and service.shuffler:
+                shuffler_keys = for_server(keys, parse_registry(json.loads(registry), "the run's registry").shuffler.key)
             return run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys)
 
     return SiteHostActor
@@ -208,15 +211,17 @@ class RayHosts:
         if self.key_dir is not None:
             from transport.security import COORDINATOR_KEY, load_public_key
 
-            servers = (load_public_key(self.key_dir, COORDINATOR_KEY),
-                       load_public_key(self.key_dir, SHUFFLER_ID) if self.shuffled else None)
-            calls = [self.actors[name].make_keys.remote(group[start:start + KEYS_PER_CALL], *servers)
+            coordinator = load_public_key(self.key_dir, COORDINATOR_KEY)
+            calls = [self.actors[name].make_keys.remote(group[start:start + KEYS_PER_CALL], coordinator)
                      for name, group in self.sites.items() for start in range(0, len(group), KEYS_PER_CALL)]
             for made in ray.get(calls, timeout=self.start_timeout):
                 publics.update(made)
         service = self.service.with_shuffler(before_serve(publics)) if before_serve is not None else self.service
+        # a node may not see the run's directory: the registry goes with the code and the scenario,
+        # as the launcher (playing the operators' part) hands a host everything it starts with
+        registry = Path(service.registry).read_text() if service.registry and service.shuffler else None
         for name, group in self.sites.items():
-            ref = self.actors[name].serve.remote(name, group, service, str(self.log_dir))
+            ref = self.actors[name].serve.remote(name, group, service, str(self.log_dir), registry)
             self._serving[ref] = name
         self._watcher.start()
 

@@ -33,9 +33,11 @@ class SiteService:
     netns: str | None = None
     sources: Mapping[str, str] | None = None
     #: each host makes its sites' key pairs in memory when it starts and sends the public halves to
-    #: its launcher (a run's own hosts); key_dir then holds the coordinator's and shuffler's keys only
+    #: its launcher (a run's own hosts); they read only the coordinator's public key from key_dir
     keys_in_memory: bool = False
     start_timeout: float = 300.0  # how long a starting host waits for its launcher's go-ahead
+    #: the party registry (transport.registry): the only place a site learns the shuffler's public key
+    registry: str | None = None
 
     def endpoints(self, site_id: str) -> tuple[str, str | None]:
         """Where the site connects: (the coordinator's endpoint, the shuffler's or None), from

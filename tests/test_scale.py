@@ -36,7 +36,7 @@ def test_a_local_run_keeps_no_site_secret_and_records_the_public_keys_its_hosts_
     out = tmp_path / "run"
     run_study(scenario(3, count=7, trials=1), out)
     secrets = sorted(p.name for p in out.rglob("*.key_secret"))
-    assert secrets == ["coordinator.key_secret", "shuffler.key_secret"]  # the harness's own pairs only
+    assert secrets == ["coordinator.key_secret"]  # the harness's own pair only (a shuffler makes its own)
     publics = read_site_publics(out / "keys")
     assert sorted(publics) == [f"site-{i:03d}" for i in range(7)] and len(set(publics.values())) == 7
     keys = next(e for e in events_of(out) if e["event"] == "keys")

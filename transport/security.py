@@ -5,7 +5,9 @@ Keys are files in a key directory, in pyzmq's certificate format (zmq.auth.creat
     coordinator.key, coordinator.key_secret     the coordinator's key pair
     site-007.key, site-007.key_secret           each site's key pair
     shuffler.key, shuffler.key_secret           the shuffler's (a client of the coordinator,
-                                                a server for the sites' sealed messages)
+                                                a server for the sites' sealed messages), on the
+                                                shuffler's own host only (a local run's shuffler
+                                                makes its pair in memory: transport.registry)
 
 The coordinator holds every site's public key and its own secret; a site holds its own secret
 and the coordinator's public key. The coordinator's ZAP handler admits a connection only if its
@@ -17,9 +19,11 @@ Who makes the key pairs (issue 35): a site's secret key never needs to leave its
 multi-host run each site host makes its own (`run.py keys --site-ids`) and sends only the public
 halves (SITE.key) to the coordinator's key directory. A run's own site hosts, local processes
 or Ray actors, make their sites' pairs in memory when they start (`client_keys_in_memory`) and
-send the public halves back; the coordinator admits them (`allow`), hands them to the shuffler,
-and records them in one file, `sites.public` (issue 40: 10,000 key files cost seconds of
-start-up). The harness's key directory then holds the coordinator's and the shuffler's pairs only.
+send the public halves back; the coordinator admits them (`allow`) and records them in one
+file, `sites.public` (issue 40: 10,000 key files cost seconds of start-up). The harness's key
+directory then holds the coordinator's pair only: the shuffler, a party of its own, makes its
+pair in its own process, and the sites learn its public key from the party registry
+(transport.registry, issue 47), never from the coordinator.
 """
 
 from __future__ import annotations
@@ -173,6 +177,12 @@ def load_public_key(directory: str | Path, name: str) -> bytes:
     return _load(Path(directory), name, secret=False)[0]
 
 
+def load_key_pair(directory: str | Path, name: str) -> tuple[bytes, bytes]:
+    """`name`'s own pair (public, secret), Z85, from its private key directory (a party's own,
+    e.g. the shuffler's on its host; KeyDirectoryError when others could read or plant it)."""
+    return _load(private_key_directory(directory), name, secret=True)
+
+
 def load_client_keys(directory: str | Path, site_id: str, server: str = COORDINATOR_KEY) -> ClientKeys:
     """`site_id`'s key pair (a site, or the shuffler) and the public key of the `server` it dials."""
     directory = Path(directory)
@@ -184,7 +194,9 @@ def load_client_keys(directory: str | Path, site_id: str, server: str = COORDINA
 def _load(directory: Path, name: str, secret: bool) -> tuple[bytes, bytes | None]:
     path = directory / (f"{name}.key_secret" if secret else f"{name}.key")
     if not path.exists():
-        hint = ("" if secret or name in (COORDINATOR_KEY, "shuffler") else
+        hint = ("" if secret or name == COORDINATOR_KEY else
+                ": the shuffler's operator makes its pair (run.py keys --dir DIR --shuffler) and sends shuffler.key"
+                if name == "shuffler" else
                 f": a site host makes its own pair (run.py keys --dir DIR --site-ids ...) and sends {name}.key")
         raise FileNotFoundError(f"no {'secret' if secret else 'public'} key for {name!r} in {directory}{hint}")
     return zmq.auth.load_certificate(str(path))
