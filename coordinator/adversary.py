@@ -19,7 +19,13 @@ defences of a protocol can be tested (ours, or a plugin's). Each rule of the sce
   `centralized`: every raw score), instead of the scenario's;
 - `switch_method`: after the session's first phase, the sites are asked for `ask` within the
   same session, as if the session had changed its method;
-- `batch_of_one`: a shuffled session asks one site and opens its batch for one message.
+- `batch_of_one`: a shuffled session asks one site and opens its batch for one message;
+- `equivocate`: in a shuffled or securely summed session, one `target` site (by default the
+  first) is asked another question than everyone else: `factor` times the bins (and, in a
+  secure sum, the vector length to match), so that its answer could be picked out of the batch
+  or summed as if it answered the same question (issue 47). The shuffler withholds a batch whose
+  messages answer different requests; in a secure sum the target's neighbours and the target
+  refuse to mask, and the session aborts with the reason.
 
 Everything the sites did is reported (`AttackRecord`: asked, answered, refused and why, and
 the attack's own finding), in attacks.csv, summary.json and the terminal. The attacks rewrite
@@ -37,7 +43,7 @@ import numpy as np
 from stats.randomness import site_rng
 
 ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
-           "batch_of_one")
+           "batch_of_one", "equivocate")
 
 #: the scenario's `attacks:` entries (scenarios.scenario validates them)
 ATTACK_FIELDS = {
@@ -46,7 +52,8 @@ ATTACK_FIELDS = {
     "trials": {"type": "int_or", "choices": ["all"], "min": 0, "default": "all"},
     "ask": {"type": "str", "default": "centralized"},  # forbidden_method, switch_method
     "bins": {"type": "int", "min": 2, "max": 1 << 20, "default": 40_000},  # fabricated_table
-    "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim
+    "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim; equivocate (bins times this)
+    "target": {"type": "str", "default": ""},  # equivocate: the site asked another question ("": the first)
 }
 
 
@@ -61,6 +68,8 @@ def attack_problem(attack: dict, method) -> str | None:
         return "a shuffled or securely summed method (its requests carry a central claim)"
     if kind == "batch_of_one" and method.codec != "shuffle":
         return "a shuffled method"
+    if kind == "equivocate" and method.codec not in ("shuffle", "secagg_ddg"):
+        return "a shuffled or securely summed method (one question for every contributor is what it checks)"
     return None
 
 
@@ -93,6 +102,7 @@ class Adversary:
         self.rules, self.labels, self.seed = list(rules), list(labels), seed
         self.truth: dict[str, np.ndarray] = {}
         self.records: list[AttackRecord] = []
+        self.asked_otherwise = ""  # equivocate: what the target was asked, for the finding
 
     def rule_for(self, trial: int, label: str) -> dict | None:
         for rule in self.rules:
@@ -103,6 +113,7 @@ class Adversary:
     def start(self, trial: int, label: str, rule: dict) -> AttackRecord:
         record = AttackRecord(trial, label, rule["attack"])
         self.records.append(record)
+        self.asked_otherwise = ""
         return record
 
     # -- rewriting what is sent ---------------------------------------------------------------
@@ -119,6 +130,15 @@ class Adversary:
         if kind == "batch_of_one" and requests:
             first = sorted(requests)[0]
             return {first: requests[first]}, 1
+        if kind == "equivocate" and requests:
+            target = rule["target"] or sorted(requests)[0]
+            if target not in requests:
+                self.asked_otherwise = self.asked_otherwise or f"{target} was not asked in this session"
+                return requests, minimum
+            body, change = equivocated(requests[target], rule["factor"])
+            if change:
+                self.asked_otherwise = f"{target} was asked {change}"
+            return {**requests, target: body}, minimum
         return requests, minimum
 
     # -- what came back -----------------------------------------------------------------------
@@ -136,6 +156,19 @@ class Adversary:
         elif kind in ("inflate_claim", "batch_of_one"):
             record.finding = ("the claim was held: " + _short(next(iter(refused.values())))) if refused else (
                 f"{len(answers)} answers released on the coordinator's word (trusted: docs/privacy.md)")
+        elif kind == "equivocate":
+            from protocol.secagg.protocol import DIFFERENT_QUESTIONS
+
+            told = self.asked_otherwise or "no site was asked another question (nothing to change)"
+            unmasked = [why for _, why in sorted(refused.items()) if DIFFERENT_QUESTIONS in why]
+            withheld = [why for _, why in sorted(refused.items()) if "different requests" in why]
+            if unmasked:
+                record.finding = (f"{told}; {len(unmasked)} sites refused to mask, the sum was not unmasked: "
+                                  + _short(unmasked[0].removeprefix("refused: ")))
+            elif withheld:
+                record.finding = f"{told}; the batch was withheld: " + _short(withheld[0].split("withheld by the shuffler: ")[-1])
+            elif " not caught" in record.finding or not record.finding:
+                record.finding = f"{told}; not caught: {record.answered} answers taken"
 
     def observe_table(self, record: AttackRecord, release, site: str) -> None:
         """fabricated_table: how many of the released cell limits sit on the bin that holds the
@@ -179,6 +212,30 @@ def fabricated_limits(limits: list[float], bins: int) -> list[float]:
     lo, hi = (min(finite), max(finite)) if len(finite) >= 2 else (-10.0, 10.0)
     grid = np.linspace(lo, hi, bins + 1)
     return sorted({float(v) for v in grid} | {float(v) for v in limits})
+
+
+def equivocated(body: dict, factor: float) -> tuple[dict, str]:
+    """`body` asking `factor` times the bins (a secure sum's advertise: the method's bins and the
+    vector length with them), and what changed in words ("" when the body has no bins)."""
+    summed = isinstance(body.get("method"), dict)
+    inner = body["method"] if summed else body
+    bins = inner.get("bins")
+    if not isinstance(bins, dict) or isinstance(bins.get("count"), bool) or not isinstance(bins.get("count"), int):
+        return body, ""
+    count = bins["count"]
+    more = max(count + 1, int(round(count * factor)))
+    hierarchical = inner.get("histogram") == "hierarchical"
+    if hierarchical:
+        more = 1 << (more - 1).bit_length()  # a tree's bins are a power of two
+    inner = {**inner, "bins": {**bins, "count": more}}
+    change = f"for {more} bins where every other site was asked for {count}"
+    if not summed:
+        return inner, change
+    out = {**body, "method": inner}
+    params = body.get("params")
+    if isinstance(params, dict) and isinstance(params.get("length"), int):
+        out["params"] = {**params, "length": 2 * more - 2 if hierarchical else more}
+    return out, change
 
 
 def inflated(body: dict, factor: float) -> dict:

@@ -2,8 +2,11 @@
 
 The same Session as the socket driver (codec wrapping and decoding, dropouts, rounds, the
 transcript), the same site halves and codecs, and for shuffled codecs the shuffler's own batch
-(protocol.shuffle.ShuffleBatch: claims checked, a short batch withheld, a fresh permutation), so
-results agree with the multi-process system; tests use it to check methods in milliseconds.
+(protocol.shuffle.ShuffleBatch: claims checked, each computed by the site half's method from the
+request it received, as a site does: messages, key and request digest; a short batch, or one
+mixing keys or questions, withheld; a fresh permutation), so results agree with the
+multi-process system; tests use it to check methods in milliseconds. `rewrite` lets a test play
+the adversarial coordinator (coordinator.adversary) without processes.
 """
 
 from __future__ import annotations
@@ -20,18 +23,26 @@ from protocol.shuffle import ShuffleBatch
 #: *encoded* body (what `Codec.encode` returns, e.g. `codec.encode(half.answer(phase, body))`),
 #: never the site half's plain value; raise RequestError to refuse (the site becomes a dropout)
 Ask = Callable[[str, str, dict], Any]
+#: rewrite(requests of the phase now open) -> (the requests sent instead, the batch's minimum):
+#: an adversarial coordinator's rewrite (coordinator.adversary.Adversary.rewrite)
+Rewrite = Callable[[Requests], tuple[dict[str, dict], int]]
 
 
 def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Generator,
-          session: Session | None = None) -> Outcome:
+          session: Session | None = None, rewrite: Rewrite | None = None) -> Outcome:
     """Run one session of `method` over the sites in `sizes` ({site: n_j}), asking each through
     `ask` and returning the session's Outcome. `ask` receives the request body as the codec wraps
     it (`Codec.wrap_request`) and returns the encoded response body, which is decoded with the
     method's codec exactly as the coordinator does (an undecodable body is a dropout). `rng` feeds
-    the coordinator half's own randomness. Pass `session` to keep its transcript."""
+    the coordinator half's own randomness. Pass `session` to keep its transcript, `rewrite` to
+    send other requests than the half's (as the socket driver does for a scenario's attacks)."""
     session = session or Session(method, sizes, rng)
     step = session.start()
     while isinstance(step, Requests):
+        if rewrite is not None:
+            step = session.ask(*rewrite(step))
+            if not isinstance(step, Requests):
+                break
         bodies, dropped = {}, {}
         for site, message in step.messages.items():
             try:
@@ -49,10 +60,10 @@ def drive(method: Method, sizes: Mapping[str, int], ask: Ask, rng: np.random.Gen
 
 
 def run_session(method: Method, site_rows: Mapping[str, np.ndarray],
-                rng_for: Callable[[str], np.random.Generator]) -> Outcome:
+                rng_for: Callable[[str], np.random.Generator], rewrite: Rewrite | None = None) -> Outcome:
     """One session over sites given directly by their data ({site: rows}: scores, two_sample
     rows or examples, as the method's `data`), for tests and benchmarks; rng_for(site) seeds
-    each site half and rng_for("coordinator") the coordinator half."""
+    each site half and rng_for("coordinator") the coordinator half; `rewrite` as in drive."""
     halves = {site: type(method).site(np.asarray(rows, dtype=float), rng_for(site), site)
               for site, rows in site_rows.items()}
     sizes = {site: int(len(rows)) for site, rows in site_rows.items()}
@@ -61,4 +72,4 @@ def run_session(method: Method, site_rows: Mapping[str, np.ndarray],
         encoder, request = method.codec_class().for_site(body)
         return encoder.encode(halves[site].answer(phase, request))
 
-    return drive(method, sizes, ask, rng_for("coordinator"))
+    return drive(method, sizes, ask, rng_for("coordinator"), rewrite=rewrite)

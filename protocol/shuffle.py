@@ -15,10 +15,14 @@ was chosen for needs that many messages in the shuffle (stats.amplification).
 
 The minimum is not the coordinator's word alone (issue 35): each sealed message carries, outside
 its ciphertext, the site's own `claim` (`sealing_claim`): the fewest messages its answer's
-privacy was planned for (what the site booked) and a digest of the key it sealed to. The
-shuffler withholds a batch smaller than the largest claim in it, and a batch whose messages were
-sealed to different keys (a coordinator that hands each site its own key would know who sent
-what); a malformed claim refuses the message.
+privacy was planned for (what the site booked), a digest of the key it sealed to, and the
+digest of the question it answers (issue 47: Method.request_digest, computed by the site from
+the request it received, per-site fields left out). The shuffler withholds a batch smaller than
+the largest claim in it, a batch whose messages were sealed to different keys (a coordinator
+that hands each site its own key would know who sent what), and a batch whose messages answer
+different questions (a coordinator that asks one site for 1,000 bins where the others get 100
+would pick its answer out of the permuted batch, and the site's amplified epsilon would be a
+fiction); a malformed claim refuses the message.
 The shuffler holds ciphertexts only: it has no key that opens them.
 """
 
@@ -32,23 +36,29 @@ from protocol.accounting import MAX_CLAIMED
 
 MAX_CIPHERTEXT = 4096
 KEY_DIGEST_BYTES = 16
+REQUEST_DIGEST_BYTES = 32  # a full SHA-256: the coordinator chooses both questions, so collisions count
+MAX_REASON = 600  # characters of a withheld batch's reason (the wire admits 1,000)
 
 
-def sealing_claim(messages: int, seal_to: bytes) -> dict:
+def sealing_claim(messages: int, seal_to: bytes, request: bytes) -> dict:
     """What a site's sealed message claims for the shuffler to check: the fewest messages the
-    answer's privacy was planned for, and the first 16 bytes of SHA-256 of the key it sealed to."""
-    return {"messages": int(messages), "key": hashlib.sha256(seal_to).digest()[:KEY_DIGEST_BYTES]}
+    answer's privacy was planned for, the first 16 bytes of SHA-256 of the key it sealed to, and
+    the request digest of the question it answers (Method.request_digest, 32 bytes)."""
+    return {"messages": int(messages), "key": hashlib.sha256(seal_to).digest()[:KEY_DIGEST_BYTES],
+            "request": bytes(request)}
 
 
 def claim_problem(claim) -> str | None:
     """Why a claim is malformed (None when it is sound)."""
-    if not isinstance(claim, dict) or set(claim) != {"messages", "key"}:
-        return "a claim must be {messages, key}"
-    messages, key = claim["messages"], claim["key"]
+    if not isinstance(claim, dict) or set(claim) != {"messages", "key", "request"}:
+        return "a claim must be {messages, key, request}"
+    messages, key, request = claim["messages"], claim["key"], claim["request"]
     if isinstance(messages, bool) or not isinstance(messages, int) or not 1 <= messages <= MAX_CLAIMED:
         return f"claimed messages must be an integer in [1, {MAX_CLAIMED}]"
     if not isinstance(key, bytes) or len(key) != KEY_DIGEST_BYTES:
         return f"the key digest must be {KEY_DIGEST_BYTES} bytes"
+    if not isinstance(request, bytes) or len(request) != REQUEST_DIGEST_BYTES:
+        return f"the request digest must be {REQUEST_DIGEST_BYTES} bytes"
     return None
 
 
@@ -117,11 +127,15 @@ class ShuffleBatch:
     @property
     def withheld(self) -> str:
         """Why the ciphertexts may not be forwarded ("" when they may): fewer messages than the
-        batch's minimum or than the largest claim in it, or messages sealed to different keys."""
+        batch's minimum or than the largest claim in it, messages sealed to different keys, or
+        messages that answer different questions (request digests)."""
         keys = {claim["key"] for claim in self.claims.values()}
         if len(keys) > 1:
             return (f"withheld by the shuffler: the {len(self.received)} sealed messages were sealed to "
                     f"{len(keys)} different keys (one session key is needed, or senders could be told apart)")
+        questions = self.questions()
+        if len(questions) > 1:
+            return different_questions(questions)
         claimed = max((claim["messages"] for claim in self.claims.values()), default=0)
         if len(self.received) >= max(self.minimum, claimed):
             return ""
@@ -130,6 +144,13 @@ class ShuffleBatch:
                     f"{claimed} a site's answer was planned (and booked) for")
         return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
                 f"{self.minimum} the session's privacy was planned for")
+
+    def questions(self) -> dict[bytes, list[str]]:
+        """The senders of the accepted messages by the request digest their claims name."""
+        by_digest: dict[bytes, list[str]] = {}
+        for sender in sorted(self.claims):
+            by_digest.setdefault(self.claims[sender]["request"], []).append(sender)
+        return by_digest
 
     def forward(self) -> dict:
         """The `batch` payload: ciphertexts in a fresh random order, the senders sorted; no
@@ -141,3 +162,23 @@ class ShuffleBatch:
         return {"phase": self.phase, "ciphertexts": [items[i] for i in order], "senders": senders,
                 "refused": {s: r for s, r in sorted(self.refused.items()) if s not in self.received},
                 "received": {s: self.sizes[s] for s in senders}, "withheld": withheld}
+
+
+def different_questions(questions: dict[bytes, list[str]], groups_shown: int = 2, names_shown: int = 3) -> str:
+    """The reason a batch whose messages answer different questions is withheld: how many
+    requests, and the smallest groups (the odd ones out) with a few senders each and their
+    digests' first bytes; at most MAX_REASON characters, however many sites and requests."""
+    groups = sorted(questions.items(), key=lambda item: (len(item[1]), item[1]))
+    total = sum(len(senders) for _, senders in groups)
+
+    def group(digest: bytes, senders: list[str]) -> str:
+        names = ", ".join(senders[:names_shown]) + (f" and {len(senders) - names_shown} more"
+                                                     if len(senders) > names_shown else "")
+        return f"{len(senders)} from {names} (request {digest[:4].hex()})"
+
+    shown = "; ".join(group(d, s) for d, s in groups[:groups_shown])
+    if len(groups) > groups_shown:
+        shown += f"; {len(groups) - groups_shown} more requests"
+    reason = (f"withheld by the shuffler: the {total} sealed messages answer {len(groups)} different requests: "
+              f"{shown} (one question for every contributor, or an answer could be told apart by its question)")
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."

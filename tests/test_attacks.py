@@ -23,6 +23,7 @@ from specs.schema import ScenarioError
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"
 KANON_TABLE = ROOT / "scenarios" / "attacks" / "kanon-table.yaml"
+SECURE_SUM = ROOT / "scenarios" / "attacks" / "secure-sum.yaml"
 
 
 def attacks_of(out: Path) -> dict[str, dict]:
@@ -36,7 +37,7 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path)
     rows = attacks_of(tmp_path)
     assert [a["attack"] for a in summary["attacks"]] == ["replay_noise", "forbidden_method", "switch_method",
-                                                           "inflate_claim", "batch_of_one"]
+                                                           "inflate_claim", "batch_of_one", "equivocate"]
     forbidden = rows["forbidden_method"]
     assert forbidden["answered"] == "0" and forbidden["refused"] == "10" and "no formal privacy" in forbidden["reasons"]
     assert "0 values released" in forbidden["finding"]
@@ -45,13 +46,44 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     for name, planned in (("inflate_claim", "1000"), ("batch_of_one", "10")):
         assert rows[name]["answered"] == "0"
         assert f"fewer than the {planned} a site's answer was planned (and booked) for" in rows[name]["finding"]
+    equivocated = rows["equivocate"]  # site-000 asked for 200 bins, the 9 others for 20: the shuffler sees it
+    assert equivocated["answered"] == "0" and equivocated["refused"] == "10"
+    assert equivocated["finding"].startswith("site-000 was asked for 200 bins where every other site was asked for 20; "
+                                             "the batch was withheld: the 10 sealed messages answer 2 different "
+                                             "requests: 1 from site-000 (request ")
     results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
     assert results["raw_asked"]["status"] == "aborted" and results["inflated"]["status"] == "aborted"
+    assert results["equivocated"]["status"] == "aborted"
     assert results["replayed"]["status"] == "ok" and results["switched"]["status"] == "ok"
     privacy = [r for r in csv.DictReader(open(tmp_path / "privacy.csv")) if r["method"] == "raw_asked"]
     assert len(privacy) == 10 and all(r["refused"] == "1" and r["releases"] == "0" for r in privacy)
     events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
-    assert sum(e["event"] == "attack" for e in events) == 5
+    assert sum(e["event"] == "attack" for e in events) == 6
+
+
+def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path):
+    """Issue 47: site-003 is asked for ten times the bins in two secure sums (one-hot bins, DDG
+    histograms); it and its neighbours find each other's request digests in the share ciphertexts
+    and refuse to mask, and the session aborts naming it. The same sum asked honestly unmasks."""
+    run_study(load_scenario(SECURE_SUM).to_dict(), tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "attacks.csv")))
+    assert [(r["method"], r["attack"]) for r in rows] == [("equivocated_sum", "equivocate"),
+                                                        ("equivocated_ddg", "equivocate")]
+    for row, bins in zip(rows, (20, 32)):
+        refused = int(row["refused"])
+        assert 4 <= refused <= 8 and "asked different questions: the shares from site-" in row["reasons"]
+        assert row["finding"].startswith(f"site-003 was asked for {10 * bins} bins where every other site was asked "
+                                         f"for {bins}; {refused} sites refused to mask, the sum was not unmasked: "
+                                         f"asked different questions")
+    results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
+    assert results["honest_sum"]["status"] == "ok"
+    for label in ("equivocated_sum", "equivocated_ddg"):
+        assert results[label]["status"] == "aborted"
+        assert results[label]["reason"].startswith("secure aggregation: the sites were asked different questions in "
+                                                   "one secure sum")
+    events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
+    assert any(e["event"] == "dropout" and e.get("phase") == "mask" and "asked different questions" in e["reason"]
+               for e in events)
 
 
 def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path):
@@ -80,10 +112,11 @@ def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
     raw = load_scenario(PRIVATE_BINS).to_dict()
     raw["attacks"] = [{"attack": "fabricated_table", "method": "replayed"},
                       {"attack": "batch_of_one", "method": "nope"},
-                      {"attack": "replay_noise", "method": "replayed", "trials": 9}]
+                      {"attack": "replay_noise", "method": "replayed", "trials": 9},
+                      {"attack": "equivocate", "method": "replayed"}]
     with pytest.raises(ScenarioError) as caught:
         validate_scenario(raw)
     fields = {p.field for p in caught.value.problems}
-    assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials"} <= fields
+    assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials", "attacks[3].method"} <= fields
     with pytest.raises(ValueError, match="processes backend"):
         run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path, backend="inprocess")

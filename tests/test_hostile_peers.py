@@ -191,7 +191,7 @@ def test_the_shuffler_names_a_sealed_message_by_its_key(caplog):
 
     batch = ShuffleBatch(5, "respond", frozenset({"site-001", "site-002"}))
     envelope = Envelope("sealed", 5, "site-002", 0, {"phase": "respond", "ciphertext": b"x" * 40,
-                                                     "claim": sealing_claim(1, b"k" * 32)})
+                                                     "claim": sealing_claim(1, b"k" * 32, bytes(32))})
     with caplog.at_level(logging.WARNING):
         _offer(Incoming("site-001", 60, envelope=envelope, user_id="site-001"), {(5, "respond"): (batch, 0.0)}, [],
                SequenceGuard())

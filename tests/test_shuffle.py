@@ -18,7 +18,8 @@ from protocol.shuffle import ShuffleBatch, sealing_claim, secure_permutation
 
 ROOT = Path(__file__).resolve().parents[1]
 BINS = {"lo": 0.0, "hi": 1.0, "count": 100}
-CLAIM = sealing_claim(1, b"k" * 32)  # a message that stands alone, sealed to one key
+QUESTION = bytes(range(32))  # one request digest (Method.request_digest) for every message
+CLAIM = sealing_claim(1, b"k" * 32, QUESTION)  # a message that stands alone, sealed to one key, one question
 
 
 def test_permutation_is_uniform():
@@ -63,17 +64,19 @@ def test_the_batch_is_withheld_below_the_largest_claim_or_when_keys_differ():
     largest number of messages a sender claims its answer was planned for is withheld, and so is
     one whose messages were sealed to different keys; a malformed claim refuses the message."""
     batch = ShuffleBatch(1, "respond", frozenset("abc"), minimum=1)
-    assert batch.offer("a", "respond", b"a" * 40, claim=sealing_claim(3, b"k" * 32)) is None
+    assert batch.offer("a", "respond", b"a" * 40, claim=sealing_claim(3, b"k" * 32, QUESTION)) is None
     assert batch.offer("b", "respond", b"b" * 40, claim=CLAIM) is None
     assert "fewer than the 3 a site's answer was planned" in batch.forward()["withheld"]
     assert batch.forward()["ciphertexts"] == []
     assert batch.offer("c", "respond", b"c" * 40, claim=CLAIM) is None
     assert batch.forward()["withheld"] == "" and len(batch.forward()["ciphertexts"]) == 3
     split = ShuffleBatch(2, "respond", frozenset("ab"))
-    split.offer("a", "respond", b"a" * 40, claim=sealing_claim(1, b"k" * 32))
-    split.offer("b", "respond", b"b" * 40, claim=sealing_claim(1, b"j" * 32))
+    split.offer("a", "respond", b"a" * 40, claim=sealing_claim(1, b"k" * 32, QUESTION))
+    split.offer("b", "respond", b"b" * 40, claim=sealing_claim(1, b"j" * 32, QUESTION))
     assert "2 different keys" in split.forward()["withheld"] and split.forward()["ciphertexts"] == []
-    for bad in (None, {"messages": 0, "key": b"x" * 16}, {"messages": 2, "key": b"x"}, {"messages": True, "key": b"x" * 16}):
+    for bad in (None, {"messages": 0, "key": b"x" * 16, "request": QUESTION}, {"messages": 2, "key": b"x", "request": QUESTION},
+                {"messages": True, "key": b"x" * 16, "request": QUESTION}, {"messages": 2, "key": b"x" * 16},
+                {"messages": 2, "key": b"x" * 16, "request": QUESTION[:16]}):
         fresh = ShuffleBatch(3, "respond", frozenset("a"))
         assert "malformed claim" in fresh.offer("a", "respond", b"a" * 40, claim=bad)
 

@@ -355,9 +355,11 @@ def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
 
 
 def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tmp_path):
-    """SiteLocal.sealing_claim: the messages the site's spend was planned for and the digest of
-    the request's seal_to key, which the shuffler compares across the batch."""
+    """SiteLocal.sealing_claim: the messages the site's spend was planned for, the digest of
+    the request's seal_to key and the request digest of the question it answers, which the
+    shuffler compares across the batch."""
     from protocol.codecs.exp_mech_bins import ExpMechBins
+    from protocol.methods import METHODS
     from protocol.codecs.shuffle import Shuffle
     from protocol.shuffle import sealing_claim
 
@@ -365,7 +367,8 @@ def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tm
     body = coordinator.wrap_request({"level": 0.5, "epsilon": 3.0, "bins": BINS,
                                      "central": {"epsilon": 3.0, "delta": 1e-6, "messages": 12}})
     claim = SiteLocal.sealing_claim("fedcp2_qq_shuffle", "respond", body)
-    assert claim == sealing_claim(12, coordinator.public_key)
+    question = METHODS["fedcp2_qq_shuffle"].sealed_digest("respond", body)
+    assert claim == sealing_claim(12, coordinator.public_key, question) and len(question) == 32
 
 
 def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says(tmp_path):

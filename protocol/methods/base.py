@@ -18,9 +18,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
+import msgpack
 import numpy as np
 
-from protocol.accounting import Spend
+from protocol.accounting import Spend, request_key
 from protocol.phases import PhaseTable
 from results import Outcome
 from results.conformal import Threshold
@@ -191,16 +192,78 @@ class Method(ABC):
         return Spend("none", model=self.privacy["model"])
 
     @classmethod
+    def release_shape(cls, phase: str, body: Mapping[str, Any]) -> Any:
+        """The public parameters of this request that shape what answering it releases (issue 47,
+        "one question for every contributor"), computed by the site from the request it received
+        (the method's own body, after the codec): everything that changes the privacy of the
+        answer or lets it be told apart from the others' (method, bins, epsilon, K, grids, claims,
+        ring and graph parameters) must be in it, and nothing that legitimately differs between
+        the sites of one session (a site's own order statistic or quantile level for unequal
+        sizes, its Shamir index, its neighbours). Default: the whole body, so that a method that
+        sends per-site fields must say which. None: the phase shapes nothing beyond what an
+        earlier phase of the session fixed (a secure sum's share, mask and unmask phases)."""
+        return body
+
+    @classmethod
+    def request_digest(cls, phase: str, body: Mapping[str, Any]) -> bytes:
+        """SHA-256 of this method's name, the phase and the canonical form of `release_shape`:
+        equal for every site asked the same question, whatever a request's per-site fields. A
+        shuffled answer carries it in its claim (the shuffler withholds a batch that mixes
+        digests); a secure sum binds its pairwise masks and share ciphertexts to it."""
+        return request_digest(cls.name, phase, cls.release_shape(phase, body))
+
+    @classmethod
     def sealing_claim(cls, phase: str, body: Mapping[str, Any]) -> dict:
         """What a site's sealed answer to this request (as wrapped by a shuffled codec) claims
         outside its ciphertext, for the shuffler to check (protocol.shuffle.sealing_claim): the
-        fewest messages the answer was planned and booked for (1: it stands alone) and the key
-        it was sealed to."""
+        fewest messages the answer was planned and booked for (1: it stands alone), the key it
+        was sealed to and the digest of the question it answers (`sealed_digest`)."""
         from protocol.shuffle import sealing_claim
 
         encoder, inner = cls.codec_class().for_site(body)
         spend = cls.spend(phase, inner)
-        return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key)
+        return sealing_claim(max(1, spend.contributors if spend is not None else 1), encoder.public_key,
+                             cls.sealed_digest(phase, body))
+
+    @classmethod
+    def sealed_digest(cls, phase: str, body: Mapping[str, Any]) -> bytes:
+        """The request digest a sealed answer claims, from the request as the site received it
+        (wrapped by the shuffled codec): the method's release shape and the inner codec the
+        answer is encoded with (a site told to encode with another would be told apart once its
+        message is opened). The key it is sealed to is claimed apart (its own digest)."""
+        encoder, inner = cls.codec_class().for_site(body)
+        sealed_with = getattr(getattr(encoder, "inner", None), "name", None)
+        return request_digest(cls.name, phase, {"inner": sealed_with, "request": cls.release_shape(phase, inner)})
+
+
+def canonical(value: Any) -> Any:
+    """`value` as a site receives it (a msgpack round trip, as the wire makes it: tuples become
+    lists, numpy floats plain floats) with every map's keys in sorted order, so that the same
+    question packs to the same bytes however its dicts were built."""
+    def sort(item):
+        if isinstance(item, dict):
+            return {key: sort(item[key]) for key in sorted(item, key=lambda k: (type(k).__name__, k))}
+        if isinstance(item, list):
+            return [sort(v) for v in item]
+        return item
+
+    try:
+        received = msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False, strict_map_key=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"a request's shape must be msgpack data: {exc}") from None
+    return sort(received)
+
+
+def per_site_removed(body: Any, fields: tuple[str, ...]) -> Any:
+    """A request body without the fields that legitimately differ between the sites of one
+    session (a release_shape); a body that is not a map is kept whole (the site refuses it)."""
+    return {key: value for key, value in body.items() if key not in fields} if isinstance(body, Mapping) else body
+
+
+def request_digest(method: str, phase: str, shape: Any) -> bytes:
+    """The request digest of `shape` (Method.release_shape) for `method`'s `phase`: 32 bytes,
+    SHA-256 over canonical msgpack (protocol.accounting.request_key)."""
+    return request_key("quorum request v1", str(method), str(phase), canonical(shape))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Meth
 from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
-from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
+from protocol.methods.secure_sum import (SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, advertise_shape,
+                                        graph_shape)
 from protocol.noise import discrete_gaussian, max_sigma2
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
@@ -161,7 +162,8 @@ class DDGQuantile(Method):
         params, public = planned
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, params, public),
-                                    lambda inputs: self.unmask_refusal(public, inputs, len(sizes)))
+                                    lambda inputs: self.unmask_refusal(public, inputs, len(sizes)),
+                                    digest=lambda body: self.request_digest("advertise", body))
 
     def obtained_epsilon(self, public: dict, inputs: int) -> float:
         """Theorem 1 / 2: the epsilon of a sum holding `inputs` sites' noise."""
@@ -220,8 +222,15 @@ class DDGQuantile(Method):
         return check_public(body["method"])
 
     @classmethod
+    def release_shape(cls, phase, body):
+        """The whole advertise request (ring, length, graph, nonce, c, sigma^2, bins, histogram,
+        central claim: every site gets the same); the later phases ask nothing it did not fix."""
+        return advertise_shape(body) if phase == "advertise" else None
+
+    @classmethod
     def site(cls, rows, rng, site_id):
-        return SecureSumSite(site_id, lambda public, params: noisy_histogram(rows, public, params), check_public)
+        return SecureSumSite(site_id, lambda public, params: noisy_histogram(rows, public, params), check_public,
+                             lambda body: cls.request_digest("advertise", body))
 
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 from protocol.accounting import Spend
-from protocol.methods.base import SHORTFALL_SPEC, OneShotMethod, Outcome, Planned
+from protocol.methods.base import SHORTFALL_SPEC, OneShotMethod, Outcome, Planned, per_site_removed
 from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
@@ -98,6 +98,12 @@ class FedCP2QQ(OneShotMethod):
     @classmethod
     def spend(cls, phase, body):
         return bin_spend(body)
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        """Everything but the site's own quantile level (set by its n_j for unequal sizes):
+        epsilon, the bins and, shuffled or summed, the central claim."""
+        return per_site_removed(body, ("level",))
 
     def planned_spend(self, sites):
         return Spend("dp", self.epsilon, 0.0, "local")

@@ -23,7 +23,8 @@ from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.methods.base import Decided, Outcome, RequestError, checked
 from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
 from protocol.methods.private_bin import REQUEST, PrivateQuantileBin, bin_spend, bins_from_request
-from protocol.methods.secure_sum import SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, graph_shape
+from protocol.methods.secure_sum import (SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, advertise_shape,
+                                        graph_shape)
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
 from stats.dp import Bins
@@ -64,7 +65,8 @@ class FedCP2QQSecAgg(AmplifiedBins):
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng),
                                     lambda inputs: self.unmask_refusal(len(sizes), inputs),
-                                    own={s: {"level": r["level"]} for s, r in planned.requests.items()})
+                                    own={s: {"level": r["level"]} for s, r in planned.requests.items()},
+                                    digest=lambda body: self.request_digest("advertise", body))
 
     def unmask_refusal(self, sites: int, inputs: int) -> str | None:
         """Why the sum of `inputs` one-hot bins may not be revealed (abort policy), or None."""
@@ -83,7 +85,8 @@ class FedCP2QQSecAgg(AmplifiedBins):
         counts = aggregate.total.astype(np.int64)
         if int(counts.sum()) != len(aggregate.included):
             return Outcome.aborted(f"the summed histogram counts {int(counts.sum())} bins for "
-                                   f"{len(aggregate.included)} sites: some input was not one-hot")
+                                   f"{len(aggregate.included)} sites: some input was not one-hot, or the masks "
+                                   f"did not cancel (sites asked different questions)")
         answers = {anonymous_label(i): int(b) for i, b in enumerate(np.repeat(np.arange(bins.count), counts))}
         included = set(aggregate.included)  # a list: `in` on it made this O(m^2), 1.3 s at 10,000 sites
         dropped = {s: f"not in the sum ({aggregate.dropped.get(s, 'dropped')})" for s in sizes if s not in included}
@@ -93,6 +96,12 @@ class FedCP2QQSecAgg(AmplifiedBins):
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
         return bin_spend(body.get("method")) if phase == "advertise" and isinstance(body, dict) else None
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        """The advertise request less the site's own level (the ring, length, graph, nonce, epsilon,
+        bins and central claim); the later phases ask nothing the advertise did not fix."""
+        return advertise_shape(body, ("level",)) if phase == "advertise" else None
 
     @classmethod
     def site(cls, rows, rng, site_id):
@@ -106,7 +115,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
             vector[bin_index] = 1
             return vector
 
-        return SecureSumSite(site_id, one_hot, check_public)
+        return SecureSumSite(site_id, one_hot, check_public, lambda body: cls.request_digest("advertise", body))
 
 
 #: the method's parameters in a site's advertise request: its own quantile level, the mechanism's

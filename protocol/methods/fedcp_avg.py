@@ -6,7 +6,7 @@ smallest score and the server averages them. It carries no coverage guarantee.
 
 from __future__ import annotations
 
-from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Planned
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Planned, per_site_removed
 from results.conformal import Threshold
 from stats.conformal import average_of_quantiles, split_conformal_order
 
@@ -25,3 +25,8 @@ class FedCPAvg(OneShotMethod):
     @classmethod
     def site(cls, rows, rng, site_id):
         return LocalOrderStatistic(rows)
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        """A site's own order statistic `ell` follows from its n_j: nothing else is asked."""
+        return per_site_removed(body, ("ell",))

@@ -13,7 +13,7 @@ keeps the guarantee the outcome is the infinite set, with the reason.
 
 from __future__ import annotations
 
-from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned
+from protocol.methods.base import LocalOrderStatistic, OneShotMethod, Outcome, Planned, per_site_removed
 from results.conformal import Threshold
 from stats.conformal import quantile_of_quantiles
 from stats.optimizer import PLANNERS, plan_orders
@@ -62,6 +62,11 @@ class FedCPQQ(OneShotMethod):
     @classmethod
     def site(cls, rows, rng, site_id):
         return LocalOrderStatistic(rows)
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        """A site's own order statistic `ell` follows from its n_j: nothing else is asked."""
+        return per_site_removed(body, ("ell",))
 
 
 def _ell_label(plan) -> int | str:

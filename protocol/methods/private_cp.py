@@ -21,7 +21,7 @@ from protocol.accounting import Spend
 from protocol.noise import release_noise
 from protocol.codecs import CODECS
 from protocol.codecs.exp_mech_bins import ExpMechBins
-from protocol.methods.base import AllScores, OneShotMethod, Outcome, Planned
+from protocol.methods.base import AllScores, OneShotMethod, Outcome, Planned, per_site_removed
 from results.conformal import Threshold
 from protocol.methods.bins import maybe_bins, resolve_bins
 from protocol.methods.private_bin import PrivateQuantileBin, bin_spend
@@ -131,6 +131,11 @@ class PrivateCPLocal(_PrivateCPBase):
     @classmethod
     def spend(cls, phase, body):
         return bin_spend(body)
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        """The epsilon: each site's grid and level follow from its own n_j (paper 003)."""
+        return per_site_removed(body, ("level", "bins"))
 
     def planned_spend(self, sites):
         return Spend("dp", self.epsilon, 0.0, "local")

@@ -11,6 +11,14 @@ the method parameters (`check`) before it makes any key.
 than the masked ones (DDG noise from too few sites, too few one-hot bins to hide among): it
 returns the reason, and the session aborts before any site is asked to unmask, so the sum is
 never revealed.
+
+One question for every contributor (issue 47): each site computes the request digest of its
+advertise request (`digest`: the method's Method.request_digest, whose release_shape leaves out
+the per-site fields, e.g. a site's own quantile level) and binds its secure-aggregation half to it
+(protocol.secagg.protocol: carried in its share ciphertexts, compared by its neighbours before
+they mask, and bound into its mask keys). A site whose neighbour answers another question
+refuses to mask, naming it; the coordinator half then ends the session with that reason instead
+of unmasking anything.
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, SiteHalf
+from protocol.methods.base import (CoordinatorHalf, Outcome, RequestError, Send, SiteHalf, per_site_removed,
+                                   request_digest)
 from protocol.secagg.graph import default_degree, default_threshold
-from protocol.secagg.protocol import (ANSWER_KIND, NEXT_PHASE, Aggregate, SecAggClient, SecAggParams,
-                                             SecAggRefusal, SecAggServer)
+from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, NEXT_PHASE, Aggregate, SecAggClient,
+                                      SecAggParams, SecAggRefusal, SecAggServer)
 
 
 #: the `secagg` parameter of a method that sums through SecAgg+ (its neighbour graph)
@@ -41,6 +50,21 @@ def graph_shape(secagg: Mapping[str, Any], m: int) -> tuple[int, int]:
     return degree, secagg["threshold"] or default_threshold(degree)
 
 
+def advertise_shape(body: Any, own: tuple[str, ...] = ()) -> Any:
+    """The release shape of a secure sum's advertise request: the secure-aggregation parameters
+    (ring, vector length, graph degree and threshold), the session nonce and the method's public
+    parameters less its per-site fields `own` (Method.release_shape)."""
+    if not isinstance(body, Mapping) or not isinstance(body.get("method"), Mapping):
+        return body
+    return {**body, "method": per_site_removed(body["method"], own)}
+
+
+def advertise_digest(body: Any) -> bytes:
+    """The request digest of an advertise request of a secure sum with no per-site fields (the
+    default of the halves below; a method passes its own Method.request_digest)."""
+    return request_digest("secure_sum", "advertise", advertise_shape(body))
+
+
 class SecureSumCoordinator(CoordinatorHalf):
     """`public`: the method's parameters every site gets; `own`: what one site alone needs
     ({site: {field: value}}, e.g. its quantile level), merged into its request only, so an
@@ -50,18 +74,30 @@ class SecureSumCoordinator(CoordinatorHalf):
     def __init__(self, params: SecAggParams, sites: list[str], rng: np.random.Generator,
                  public: dict, finish: Callable[[Aggregate], Outcome],
                  before_unmask: Callable[[int], str | None] = lambda inputs: None,
-                 own: Mapping[str, dict] | None = None) -> None:
+                 own: Mapping[str, dict] | None = None,
+                 digest: Callable[[Mapping[str, Any]], bytes] = advertise_digest) -> None:
+        """digest: the request digest of an advertise request, as the sites compute it (the
+        method's `request_digest` for phase advertise)."""
         self.nonce = int(rng.integers(0, 2**62))
         self.server = SecAggServer(params, sites, self.nonce, rng)
         self.public, self.finish, self.before_unmask = public, finish, before_unmask
         self.own = own or {}
+        self.digest = digest
 
     def start(self):
         requests = self.server.start()
-        return Send("advertise", {s: {**body, "nonce": self.nonce, "method": {**self.public, **self.own.get(s, {})}}
-                                  for s, body in requests.items()})
+        requests = {s: {**body, "nonce": self.nonce, "method": {**self.public, **self.own.get(s, {})}}
+                    for s, body in requests.items()}
+        if requests:  # the question every site is asked: one digest, whatever each site's own fields
+            self.server.context = self.digest(next(iter(requests.values())))
+        return Send("advertise", requests)
 
     def advance(self, phase, answers, dropped):
+        if phase == "mask":
+            mixed = {site: why for site, why in dropped.items() if DIFFERENT_QUESTIONS in why}
+            if mixed:
+                return self.finish(Aggregate(None, sorted(answers), different_questions(mixed),
+                                             {**self.server.lost, **{s: f"mask: {why}" for s, why in dropped.items()}}))
         expected = ANSWER_KIND[phase]
         good, lost = {}, dict(dropped)
         for site, (kind, value) in answers.items():
@@ -80,6 +116,15 @@ class SecureSumCoordinator(CoordinatorHalf):
         return Send(NEXT_PHASE[phase], step)
 
 
+def different_questions(refusals: Mapping[str, str]) -> str:
+    """Why a secure sum ends when sites refused to mask because a neighbour answers another
+    question: nothing is unmasked, and the first refusal is quoted."""
+    site = sorted(refusals)[0]
+    return (f"the sites were asked different questions in one secure sum: {len(refusals)} refused to mask because "
+            f"a neighbour's shares answer another request (request digests differ), e.g. {site}: "
+            f"{refusals[site].removeprefix('refused: ')[:200]}; nothing was unmasked")
+
+
 class SecureSumSite(SiteHalf):
     """make_vector(public method parameters, secagg params) -> this site's input on Z_M.
 
@@ -91,8 +136,11 @@ class SecureSumSite(SiteHalf):
     graph's global count) cannot be seen by any site and stays trusted (docs/privacy.md)."""
 
     def __init__(self, site_id: str, make_vector: Callable[[Mapping[str, Any], SecAggParams], np.ndarray],
-                 check: Callable[[Mapping[str, Any]], Any] = lambda public: None) -> None:
-        self.site_id, self.make_vector, self.check = site_id, make_vector, check
+                 check: Callable[[Mapping[str, Any]], Any] = lambda public: None,
+                 digest: Callable[[Mapping[str, Any]], bytes] = advertise_digest) -> None:
+        """digest: the request digest of the advertise request this site received (the method's
+        `request_digest`), to which its secure-aggregation half is bound."""
+        self.site_id, self.make_vector, self.check, self.digest = site_id, make_vector, check, digest
         self.public: Mapping[str, Any] = {}
         self.client: SecAggClient | None = None
         self.claimed = 0  # the noisy inputs the sum was planned for (0: no claim)
@@ -106,7 +154,7 @@ class SecureSumSite(SiteHalf):
             self.claimed = int(getattr(spend, "contributors", 0) or 0)
             self.public = body["method"]
             self.client = SecAggClient(self.site_id, body["nonce"],
-                                       lambda params: self.make_vector(self.public, params))
+                                       lambda params: self.make_vector(self.public, params), self.digest(body))
             body = {"params": body["params"]}
         elif self.client is None:
             raise RequestError(f"phase {phase!r} before advertise")

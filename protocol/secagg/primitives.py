@@ -3,7 +3,9 @@
 Key agreement:   X25519 (RFC 7748). Each site makes two key pairs per session, c (to encrypt
                  the shares it sends through the coordinator) and s (to derive pairwise masks).
 Key derivation:  HKDF-SHA256 (RFC 5869) of the X25519 shared secret, bound to the session nonce and a
-                 purpose label, so that no key serves two ends.
+                 purpose label, so that no key serves two ends; a mask key also to the request
+                 digest of the question its site answers (issue 47), so that the pairwise masks
+                 of two sites asked different questions never cancel.
 Share encryption: AES-256-GCM with a fresh 96-bit nonce; the associated data names sender,
                  receiver and session nonce, so a ciphertext replayed elsewhere does not open.
 Mask generator:  the ChaCha20 keystream of a 32-byte seed, read as little-endian uint64 words and
@@ -49,12 +51,16 @@ def private_from_bytes(data: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(data)
 
 
-def agree(private: X25519PrivateKey, peer_public: bytes, purpose: bytes, nonce: int) -> bytes:
-    """A 32-byte key shared by the two ends: HKDF-SHA256(X25519(private, peer_public))."""
+def agree(private: X25519PrivateKey, peer_public: bytes, purpose: bytes, nonce: int, context: bytes = b"") -> bytes:
+    """A 32-byte key shared by the two ends: HKDF-SHA256(X25519(private, peer_public)), its info
+    naming the purpose, the session nonce and `context` (a mask key's: the request digest of the
+    question this end answers; both ends get the same key only when they answer the same one)."""
     if not isinstance(peer_public, bytes) or len(peer_public) != KEY_BYTES:
         raise ValueError("an X25519 public key is 32 bytes")
     shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
     info = b"quorum-secagg/" + purpose + b"/" + str(int(nonce)).encode()
+    if context:
+        info += b"/" + context
     return HKDF(algorithm=_SHA256, length=KEY_BYTES, salt=None, info=info).derive(shared)
 
 

@@ -19,6 +19,17 @@ secret, or fewer than t sites in a phase, ends the session with the reason.
 
 The coordinator sees public keys, ciphertexts it cannot open, and masked vectors; the pairwise
 masks cancel only in the sum and the self masks only come off for sites whose y it holds.
+
+One question for every contributor (issue 47): each site binds its half to the request digest
+of the question it was asked (`context`, Method.request_digest of its advertise request, per-site
+fields left out). The digest travels inside every share ciphertext it sends (authenticated by the
+pair's AES-GCM key, which the coordinator does not hold), and a site opens the ciphertexts it
+received before it masks: one whose digest differs from its own means the coordinator asked
+the two of them different questions, and the site refuses to mask, naming it
+(DIFFERENT_QUESTIONS), so no input of a mixed sum is ever computed. The digest also enters the
+derivation of every pairwise mask key, so that even a site that did not check could not have its
+answer cancel against a neighbour's answer to another question: the sum would not unmask.
+
 Not implemented: the active-adversary extras of Bonawitz et al. (signatures on keys and the
 consistency round); the server is trusted to route faithfully, as in their semi-honest model.
 """
@@ -51,6 +62,9 @@ PHASES = tuple(phase for phase, _, _ in PHASE_TABLE)
 ANSWER_KIND = {phase: kind for phase, kind, _ in PHASE_TABLE}
 NEXT_PHASE = {phase: after for phase, _, after in PHASE_TABLE}
 MAX_LENGTH = 1 << 24
+#: what a site's refusal to mask says when a neighbour's shares answer another question (the
+#: coordinator half recognises it and ends the session with the reason)
+DIFFERENT_QUESTIONS = "asked different questions"
 
 
 class SecAggRefusal(ValueError):
@@ -124,8 +138,12 @@ class SecAggServer:
     """The coordinator's half: `start()` gives the advertise requests; `advance(phase, answers,
     dropped)` gives the next phase's requests (a dict) or the final `Aggregate`."""
 
-    def __init__(self, params: SecAggParams, sites: list[str], nonce: int, rng: np.random.Generator) -> None:
+    def __init__(self, params: SecAggParams, sites: list[str], nonce: int, rng: np.random.Generator,
+                 context: bytes = b"") -> None:
+        """context: the request digest of the session's question, to which the sites bind their
+        mask keys (needed to rebuild a dropped site's pairwise masks)."""
         self.params, self.sites, self.nonce, self.rng = params, sorted(sites), nonce, rng
+        self.context = context
         self.keys: dict[str, dict[str, bytes]] = {}
         self.index: dict[str, int] = {}
         self.neighbours: dict[str, frozenset[str]] = {}
@@ -199,7 +217,7 @@ class SecAggServer:
                                tuple((self.keys[u]["s"], 1 if self.index[u] < self.index[d] else -1)
                                      for u in sorted(self.neighbours[d] & u3)))
                  for d in sorted(u2 - u3)]
-        masks, failure = masks_total(jobs, Ring(self.params.threshold, length, bits, self.nonce))
+        masks, failure = masks_total(jobs, Ring(self.params.threshold, length, bits, self.nonce, self.context))
         if failure:
             return self._abort(failure)
         return Aggregate(sub_mod(total, masks, bits), sorted(u3), dropped=dict(self.lost))
@@ -214,8 +232,11 @@ class SecAggClient:
     """A site's half. `vector()` gives its input in Z_M (uint64, the agreed length); it is called
     once, when the site masks, so a site that drops earlier never computes it."""
 
-    def __init__(self, site_id: str, nonce: int, vector: Callable[[SecAggParams], np.ndarray]) -> None:
-        self.site_id, self.nonce, self.vector = site_id, nonce, vector
+    def __init__(self, site_id: str, nonce: int, vector: Callable[[SecAggParams], np.ndarray],
+                 context: bytes = b"") -> None:
+        """context: the request digest of the question this site answers (carried in its share
+        ciphertexts, compared with its neighbours', and bound into its mask keys)."""
+        self.site_id, self.nonce, self.vector, self.context = site_id, nonce, vector, bytes(context)
         self.params: SecAggParams | None = None
         self.c_key = self.s_key = None
         self.index = 0
@@ -223,6 +244,7 @@ class SecAggClient:
         self.own_shares: tuple[int, int] | None = None  # (s share, b share) this site keeps
         self.self_seed = b""
         self.received: dict[str, bytes] = {}
+        self.opened: dict[str, tuple[int, int]] = {}  # neighbour -> (s share, b share) it sent us
         self.share_keys: dict[str, bytes] = {}  # peer -> the AE key of our pair (the same both ways)
         self.done: set[str] = set()
 
@@ -279,7 +301,7 @@ class SecAggClient:
             except ValueError as exc:
                 raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
             plaintext = (struct.pack(">II", index, info["index"]) + share_to_bytes(s_shares[info["index"]])
-                         + share_to_bytes(b_shares[info["index"]]))
+                         + share_to_bytes(b_shares[info["index"]]) + self.context)
             out[v] = crypto.encrypt(key, plaintext, _associated(self.nonce, self.site_id, v))
         return out
 
@@ -291,6 +313,9 @@ class SecAggClient:
         if len(cts) < params.threshold - 1:
             raise SecAggRefusal(f"only {len(cts)} neighbours hold my shares; t - 1 = {params.threshold - 1} needed")
         self.received = dict(cts)
+        # every share first, before any input is computed: a neighbour asked another question
+        # (or a ciphertext altered on the way) ends this site's part here
+        self.opened = {v: self._open(v) for v in sorted(cts)}
         x = np.asarray(self.vector(params), dtype=np.uint64)
         if x.shape != (params.length,) or (params.modulus_bits < 64 and (x >> np.uint64(params.modulus_bits)).any()):
             raise SecAggRefusal(f"my input is not a vector of {params.length} elements of Z_M")
@@ -298,7 +323,7 @@ class SecAggClient:
         y = add_mod(x, crypto.mask_vector(self.self_seed, params.length, bits), bits)
         for v in sorted(cts):
             try:
-                seed = crypto.agree(self.s_key, self.peers[v]["s"], b"mask", self.nonce)
+                seed = crypto.agree(self.s_key, self.peers[v]["s"], b"mask", self.nonce, self.context)
             except ValueError as exc:
                 raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
             mask = crypto.mask_vector(seed, params.length, bits)
@@ -323,7 +348,7 @@ class SecAggClient:
         for v in survivors + dropped:
             if v == self.site_id:
                 continue
-            s_share, b_share = self._open(v)
+            s_share, b_share = self.opened[v]
             if v in dropped:
                 s_out[v] = share_to_bytes(s_share)
             else:
@@ -336,11 +361,19 @@ class SecAggClient:
             plain = crypto.decrypt(key, self.received[sender], _associated(self.nonce, sender, self.site_id))
         except crypto.DecryptionError as exc:
             raise SecAggRefusal(f"the share ciphertext from {sender} does not open: {exc}") from None
-        if len(plain) != 8 + 2 * SHARE_BYTES:
+        shares = 8 + 2 * SHARE_BYTES
+        if len(plain) < shares:
             raise SecAggRefusal(f"the share from {sender} has the wrong length")
         if struct.unpack(">II", plain[:8]) != (self.peers[sender]["index"], self.index):
             raise SecAggRefusal(f"the share from {sender} is addressed to another pair")
-        return share_from_bytes(plain[8:8 + SHARE_BYTES]), share_from_bytes(plain[8 + SHARE_BYTES:])
+        theirs = plain[shares:]
+        if theirs != self.context:
+            raise SecAggRefusal(f"{DIFFERENT_QUESTIONS}: the shares from {sender} answer request "
+                                f"{theirs[:4].hex() or 'none'}, mine {self.context[:4].hex() or 'none'} (the "
+                                f"coordinator asked us different questions; our answers would be summed as one): "
+                                f"refusing to mask")
+        return (share_from_bytes(plain[8:8 + SHARE_BYTES]),
+                share_from_bytes(plain[8 + SHARE_BYTES:8 + 2 * SHARE_BYTES]))
 
 
 def _associated(nonce: int, sender: str, receiver: str) -> bytes:

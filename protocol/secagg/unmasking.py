@@ -52,12 +52,14 @@ class PairwiseMasks:
 
 @dataclass(frozen=True)
 class Ring:
-    """What every job needs: the threshold t, the vector length, the ring's bits, the session nonce."""
+    """What every job needs: the threshold t, the vector length, the ring's bits, the session nonce
+    and the request digest the survivors' mask keys are bound to (SecAggServer.context)."""
 
     threshold: int
     length: int
     bits: int
     nonce: int
+    context: bytes = b""
 
 
 def seed_bytes(secret: int) -> bytes:
@@ -85,7 +87,7 @@ def job_masks(job: SelfMask | PairwiseMasks, ring: Ring) -> np.ndarray:
                          f"the one it advertised")
     total = np.zeros(ring.length, dtype=np.uint64)
     for public, sign in job.survivors:
-        mask = crypto.mask_vector(crypto.agree(key, public, b"mask", ring.nonce), ring.length, ring.bits)
+        mask = crypto.mask_vector(crypto.agree(key, public, b"mask", ring.nonce, ring.context), ring.length, ring.bits)
         total = (total + mask) if sign > 0 else (total - mask)
     return _reduce(total, ring.bits)
 
