@@ -302,13 +302,16 @@ def timeline(run_dir, trial, out):
               help="Split the sites over processes of this many (default: one process for all).")
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False, exists=True),
               help="This site operator's own policy and budget (YAML; docs/privacy.md): what the sites "
-                   "serve, whatever the coordinator or the scenario asks. Default: the scenario's "
-                   "sites.policy, or the most protective policy without a scenario.")
+                   "serve, whatever the coordinator or the scenario asks. Default: the protective defaults "
+                   "(epsilon 3 at delta 1e-6 per record in total), never the study's.")
+@click.option("--accept-study-policy", is_flag=True,
+              help="Serve the scenario's sites.policy and sites.budget instead (printed at start): the "
+                   "operator accepts what the study asks for.")
 @click.option("--registry", type=click.Path(dir_okay=False, exists=True),
               help="The operators' party registry (JSON, `run.py registry`): the shuffler's public key and "
                    "endpoint, which the sites trust from this file only (docs/shuffling.md).")
 def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_timeout, sites_per_process,
-         policy_file, registry):
+         policy_file, registry, accept_study_policy):
     """Run sites by hand, e.g. on a machine other than the coordinator's: one site host process
     serving all the sites named (--sites-per-process splits them over several)."""
     import quorum
@@ -319,10 +322,23 @@ def site(connect, site_ids, site_range, scenario, workdir, key_dir, plain, idle_
         raise click.UsageError("name the sites to run with --site-id or --site-ids")
     if not plain and not key_dir:
         raise click.UsageError("CURVE needs --keys (or --plain for debugging)")
+    from quorum.hosting import describe_site_policy, site_policy
+
+    try:
+        policy, budget, source = site_policy(policy_file, spec, accept_study_policy)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except ScenarioError as exc:
+        _print_problems(exc)
+        sys.exit(2)
+    click.echo(f"site policy enforced ({source}):")
+    for line in describe_site_policy(policy, budget):
+        click.echo(f"  {line}")
     try:
         hosts = quorum.serve_sites(connect, ids, workdir, scenario=spec, key_dir=None if plain else key_dir,
                                    idle_timeout=idle_timeout, sites_per_process=sites_per_process,
-                                   policy_file=policy_file, registry=registry)
+                                   policy_file=policy_file, registry=registry,
+                                   accept_study_policy=accept_study_policy)
     except ScenarioError as exc:
         _print_problems(exc)
         sys.exit(2)

@@ -36,25 +36,25 @@ def site_ids_of(text: str | None, count: int | None = None) -> list[str]:
 def serve_sites(connect: str, site_ids: list[str], workdir: str | Path, *,
                 scenario: "Scenario | dict | str | Path | None" = None, key_dir: str | Path | None = None,
                 idle_timeout: float | None = 3600.0, sites_per_process: int | None = None,
-                policy_file: str | Path | None = None, registry: str | Path | None = None):
+                policy_file: str | Path | None = None, registry: str | Path | None = None,
+                accept_study_policy: bool = False):
     """Start site hosts serving `site_ids` for the coordinator at `connect`; return them
     (runner.processes.SiteHosts: `.processes`, `.exit_codes()`). With a scenario the sites build
-    their own data from it and apply its faults; `policy_file`: the operator's own policy and
-    budget (YAML), else the scenario's, else the most protective. key_dir None: plain TCP.
+    their own data from it and apply its faults. What they serve is the operator's decision, never
+    the study's (site_policy): `policy_file`, the operator's own policy and budget (YAML), else the
+    protective defaults; the scenario's sites.policy and budget only with `accept_study_policy`.
+    key_dir None: plain TCP.
     `registry`: the operators' party registry (transport.registry), where the sites find the
     shuffler's public key and endpoint; without one they serve no shuffled method."""
     from dataclasses import replace
 
     from runner.processes import SiteHosts
-    from scenarios.scenario import load_site_policy
     from sites.service import SiteService
     from transport.registry import read_registry
 
     workdir = Path(workdir)
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    policy = budget = None
-    if policy_file:
-        policy, budget = load_site_policy(policy_file)
+    policy, budget, _ = site_policy(policy_file, scenario, accept_study_policy)
     if scenario is not None:
         service = as_scenario(scenario).spec().site_service(connect, workdir, key_dir=key_dir, builds_world=True,
                                                             idle_timeout=idle_timeout, policy=policy, budget=budget)
@@ -69,6 +69,43 @@ def serve_sites(connect: str, site_ids: list[str], workdir: str | Path, *,
                       watch_parent=False)
     hosts.start()
     return hosts
+
+
+def site_policy(policy_file: str | Path | None = None, scenario=None,
+                accept_study_policy: bool = False) -> tuple[dict, dict, str]:
+    """(policy, budget, where they come from) of sites an operator runs by hand: the operator's
+    file, else the protective defaults; a study's sites.policy and budget only when the operator
+    accepts them (`accept_study_policy`, which needs a scenario). Each validated and complete."""
+    from scenarios.scenario import default_site_policy, load_site_policy
+
+    if policy_file and accept_study_policy:
+        raise ValueError("give --policy or --accept-study-policy, not both")
+    if policy_file:
+        policy, budget = load_site_policy(policy_file)
+        return policy, budget, f"the operator's file {policy_file}"
+    if accept_study_policy:
+        if scenario is None:
+            raise ValueError("--accept-study-policy needs the study's --scenario")
+        study = as_scenario(scenario).spec()
+        return dict(study.policy), dict(study.budget), f"the study's sites.policy and sites.budget, accepted by the operator"
+    policy, budget = default_site_policy()
+    return policy, budget, "the protective defaults (no --policy given)"
+
+
+def describe_site_policy(policy: dict, budget: dict) -> list[str]:
+    """What a site enforces, in lines for its operator's terminal."""
+    from protocol.accounting import Budget
+    from protocol.policy import SitePolicy
+
+    p, b = SitePolicy.from_spec(policy), Budget.from_spec(budget)
+    total = "unlimited" if b.epsilon is None else f"epsilon {b.epsilon:g} at delta {b.delta:g}"
+    scope = "per record" if b.per_record else "per dataset (every release)"
+    release = "unlimited" if p.max_epsilon == float("inf") else f"{p.max_epsilon:g}"
+    return [f"methods: {', '.join(p.methods)}; trials 0-{p.trials - 1}",
+            f"budget: {total} {scope}, {b.composition} composition; at most epsilon {release} per release; "
+            f"{b.kanon_releases} K-anonymous table(s) per record set, K >= {p.min_k}",
+            f"raw releases: {p.non_private}; at least {p.min_contributors} contributors behind a claim; "
+            f"unseen claims: {p.unseen_claims}; noise: {p.noise}"]
 
 
 def make_keys(directory: str | Path, *, sites: int | None = None, coordinator_only: bool = False,

@@ -182,7 +182,7 @@ class ProcessFederation:
         """Place each site's shard on its storage (sites we started), then the join phase: each
         present site's n_j (dropouts are logged)."""
         if self._log_dir is not None:  # sites started by hand build their own data
-            write_trial(self._work, trial, world.model, world.shards)
+            write_trial(self._work, trial, world.model, world.shards, world.record_ids)
         if self.adversary is not None:  # what the scenario made: the attacks test releases against it
             self.adversary.truth = world.site_scores
         return self.coordinator.open_trial(trial, self.seed, self.present)[0]
@@ -247,7 +247,7 @@ class InProcessFederation:
     def open_trial(self, trial: int, world) -> dict[str, int]:
         """Place each site's shard on its storage, then the join phase, by the rule the socket
         driver applies (protocol.engine.join_problem)."""
-        write_trial(self.work, trial, world.model, world.shards)
+        write_trial(self.work, trial, world.model, world.shards, world.record_ids)
         sizes = {}
         for site, local in self.sites.items():
             n = local.open_trial(trial, self.seed)

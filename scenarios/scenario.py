@@ -346,6 +346,14 @@ def _budget_checks(s: dict):
 SITE_FILE_FIELDS = {**POLICY_FIELDS, "budget": {"type": "map", "fields": BUDGET_FIELDS}}
 
 
+def default_site_policy() -> tuple[dict, dict]:
+    """(policy, budget): the protective defaults, every field filled (protocol.policy,
+    protocol.accounting)."""
+    spec = validate({"type": "map", "fields": SITE_FILE_FIELDS}, {}, "")
+    budget = spec.pop("budget")
+    return spec, budget
+
+
 def load_site_policy(path: str | Path) -> tuple[dict, dict]:
     """A site operator's own file (`run.py site --policy FILE`): the policy fields
     (protocol.policy.POLICY_FIELDS) and a `budget:` map; returns (policy, budget), validated, with

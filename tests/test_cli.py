@@ -154,3 +154,5 @@ def test_a_coordinator_bound_to_any_port_prints_the_port_and_sites_reach_it(tmp_
     # private_cp_local is not in the operator's list: every site refused it, whatever the scenario said
     assert rows["private_cp_local"]["status"] == "aborted" and "answers only" in rows["private_cp_local"]["reason"]
     assert rows["centralized"]["status"] == "ok"
+    assert f"site policy enforced (the operator's file {policy})" in sites.stdout
+    assert "raw releases: allow" in sites.stdout and "budget: epsilon 3 at delta 1e-06 per record" in sites.stdout

@@ -60,10 +60,11 @@ def test_coordinator_and_sites_on_separate_network_namespaces(tmp_path):
         sites = subprocess.run(
             ["ip", "netns", "exec", site_ns, sys.executable, "run.py", "site", "--connect", "tcp://10.231.7.1:5701",
              "--site-ids", "0-3", "--scenario", TINY, "--keys", str(keys), "--workdir", str(tmp_path / "sitehost"),
-             "--idle-timeout", "60"], cwd=ROOT, capture_output=True, text=True, timeout=240)
+             "--idle-timeout", "60", "--accept-study-policy"], cwd=ROOT, capture_output=True, text=True, timeout=240)
         output, _ = coordinator.communicate(timeout=240)
         assert coordinator.returncode == 0, output
         assert sites.returncode == 0, sites.stdout + sites.stderr
+        assert "site policy enforced (the study's sites.policy and sites.budget, accepted" in sites.stdout
         rows = list(csv.DictReader(open(out / "results.csv")))
         assert {r["status"] for r in rows} <= {"ok", "infinite"} and len(rows) == 6
         assert all(r["sites"] == "4" for r in rows)
