@@ -27,7 +27,8 @@ def scenario(faults, **method) -> dict:
                                                                           # epsilon 5000 and, under report, a
                                                                           # claim resting on t inputs
                                                                           "policy": {"max_epsilon": "unlimited",
-                                                                                     "min_contributors": 2}})
+                                                                                     "min_contributors": 2},
+                                                                          "budget": {"epsilon": "unlimited"}})
     raw["data"]["n"] = 600
     raw["runtime"] = {"deadlines": {"hello": 30, "join": 10, "respond": 2}}
     return validate_scenario(raw)
