@@ -24,6 +24,7 @@ import numpy as np
 from coordinator.events import EventLog
 from protocol.codecs import PayloadError
 from protocol.engine import Requests, Session, batch_answers, join_problem
+from protocol.inert import MAX_NAME_CHARS, inert
 from protocol.methods import Method, Outcome
 from protocol.noise import coordinator_rng
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
@@ -108,7 +109,8 @@ class Coordinator:
         seconds = time.monotonic() - began
         self.ledger.flush()
         sizes = {}
-        self.devices = {site: payload["device"] for site, payload in answers.items()}
+        # shown in events, summary.json and the terminal: a short name on the wire, inert here too
+        self.devices = {site: inert(payload["device"], MAX_NAME_CHARS) for site, payload in answers.items()}
         for site, payload in sorted(answers.items()):
             problem = join_problem(payload["n"], self.max_n)
             if problem:
@@ -315,8 +317,8 @@ class Coordinator:
                 self._reject_envelope(envelope, reason)
             else:
                 rows[envelope.sender] = row
-        for site, reason in collector.refusals.items():
-            dropped[site] = f"refused: {reason}"
+        for site, reason in collector.refusals.items():  # the site's own words: inert from here on
+            dropped[site] = f"refused: {inert(reason)}"
         dropped.update(collector.lost)
         if not log_missing:
             return collector.answers, dropped, rows
@@ -361,7 +363,8 @@ class Coordinator:
                 self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
             return {}, dropped, {}
         def tell_shuffler(lost: dict[str, str]) -> None:  # its batch need not wait for them
-            self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": lost}), "batch_lost",
+            sites = {site: inert(reason) for site, reason in lost.items()}  # within the wire's bound on text
+            self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": sites}), "batch_lost",
                              peer=SHUFFLER_ID, trial=trial, phase=phase, session=session)
 
         answers, dropped, rows = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial,
@@ -375,7 +378,7 @@ class Coordinator:
                 self.ledger.record(site=site, direction="up", mtype="sealed", nbytes=int(size))
         bodies, lost = batch_answers(batch.payload if batch is not None else None, list(sends), timeout + BATCH_GRACE)
         answers = {label: {"body": body} for label, body in bodies.items()}
-        dropped = {**lost, **dropped}
+        dropped = {**{site: inert(reason) for site, reason in lost.items()}, **dropped}
         for site, reason in dropped.items():
             self.events.write("dropout", site=site, session=session, phase=phase, reason=reason)
         return answers, dropped, rows

@@ -1,6 +1,9 @@
 """events.jsonl: one JSON object per line for joins, dropouts, rejected messages, sessions, faults.
 
 Each line is flushed as it is written, so a killed run keeps everything logged before the kill.
+Every string of an event, keys included, is inert (protocol.inert): a reason, a site's device or
+a plain-mode routing id may be what a peer chose, and stays one bounded line of printable text
+wherever the event is shown (trace.json, timeline.png, a terminal tailing the file).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from protocol.wire import short
+from protocol.inert import MAX_SHOWN_CHARS, inert
 
-#: the longest reason an event keeps (refusals can quote a peer's own bytes; issue 36)
-MAX_EVENT_REASON = 1000
+#: the longest string an event keeps (refusals can quote a peer's own bytes; issues 36 and 47)
+MAX_EVENT_REASON = MAX_SHOWN_CHARS
+
 
 class EventLog:
     def __init__(self, path: str | Path | None) -> None:
@@ -24,8 +28,6 @@ class EventLog:
         self._lock = threading.Lock()  # a launcher's watcher thread writes too (runner.ray_hosts)
 
     def write(self, event: str, **fields: Any) -> None:
-        if isinstance(fields.get("reason"), str):  # a reason may quote what a peer sent: kept short
-            fields["reason"] = short(fields["reason"], MAX_EVENT_REASON)
         record = {"ts": round(time.time(), 6), "event": event, **fields}
         line = json.dumps(_jsonable(record), allow_nan=False) + "\n"
         with self._lock:
@@ -42,15 +44,18 @@ class EventLog:
 
 
 def _jsonable(value):
-    """JSON-safe copy: non-finite floats become "inf"/"-inf"/"nan", numpy scalars plain numbers."""
+    """JSON-safe copy: non-finite floats become "inf"/"-inf"/"nan", numpy scalars plain numbers,
+    strings inert (what a peer sent may be among them)."""
+    if isinstance(value, str):
+        return inert(value, MAX_EVENT_REASON)
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {inert(k, MAX_EVENT_REASON): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
         return [_jsonable(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return str(value)
+    return inert(value, MAX_EVENT_REASON)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from protocol.inert import inert, inert_all
 from results import Outcome, Truth, family_name, result_columns
 from transport.security import private_directory
 
@@ -185,10 +186,14 @@ class RunDirectory:
             writer.writeheader()
             writer.writerows({key: csv_cell(row.get(key)) for key in ATTACK_COLUMNS} for row in rows)
 
-    def write_summary(self, summary: dict) -> None:
+    def write_summary(self, summary: dict) -> dict:
+        """Write summary.json; returns what it holds: `summary` with every string inert
+        (protocol.inert), since some of it (site devices, attack reports) a peer chose."""
+        summary = inert_all(summary)
         tmp = self.summary.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False, default=inert))
         os.replace(tmp, self.summary)
+        return summary
 
 
 def _append(path: Path, columns: list[str], rows: list[dict]) -> None:
@@ -212,9 +217,13 @@ def _read(path: Path) -> list[dict]:
 
 def csv_cell(value):
     """One CSV cell, the one formatter of every table Quorum writes: None empty, numpy scalars as
-    numbers, floats by repr (full precision), nan, inf and -inf as words."""
+    numbers, floats by repr (full precision), nan, inf and -inf as words, text inert
+    (protocol.inert: a reason a site gave starts no new line, even for a tool that reads the
+    file line by line; the wire and the driver have bounded it already)."""
     if value is None:
         return ""
+    if isinstance(value, str):
+        return inert(value, None)
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         value = value.item()  # numpy scalars: write the number, not np.float64(...)
     if isinstance(value, float):

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from protocol.inert import MAX_NAME_CHARS, inert
 from results import RESULTS, Outcome
 from results.base import fmt as _fmt
 
@@ -191,7 +192,12 @@ def network_line(network: dict | None) -> str | None:
 
 def run_report(summary: dict) -> list:
     """What the terminal shows after a run: each result family's table, the communication table,
-    the sites' line, the privacy line, a line per attack."""
+    the sites' line, the privacy line, a line per attack. The lines are rich `Text`, which
+    never reads markup, and what a peer chose in them (devices, refusal reasons) is inert
+    (protocol.inert): a site cannot colour, rewrite or add a line of the report, nor stop it
+    with malformed markup."""
+    from rich.text import Text
+
     from runner.privacy import privacy_line
 
     shown = result_tables(summary["methods"], summary["alpha"])
@@ -199,14 +205,19 @@ def run_report(summary: dict) -> list:
     timed = bool(network.get("emulated") or network.get("mode") == "kernel")
     if summary["communication"]:
         shown.append(communication_table(summary["communication"], timed))
-    shown += [sites_line(summary), privacy_line(summary["privacy"])]
+    lines = [sites_line(summary), privacy_line(summary["privacy"])]
     if timed:
-        shown.append(network_line(summary["network"]))
-    for attack in summary.get("attacks", []):  # a scenario's adversarial coordinator: what the sites did
-        shown.append(f"attack {attack['attack']} on {attack['method']} (trial {attack['trial']}): "
-                     f"{attack['answered']} answered, {attack['refused']} refused; "
-                     f"{attack['finding'] or attack['reasons']}")
-    return shown
+        lines.append(network_line(summary["network"]))
+    lines += [attack_line(attack) for attack in summary.get("attacks", [])]
+    return shown + [Text(line) for line in lines]
+
+
+def attack_line(attack: dict) -> str:
+    """One line on an attack of a scenario's adversarial coordinator: what the sites did, in
+    their own (inert) words."""
+    return (f"attack {inert(attack['attack'])} on {inert(attack['method'])} (trial {attack['trial']}): "
+            f"{attack['answered']} answered, {attack['refused']} refused; "
+            f"{inert(attack['finding'] or attack['reasons'])}")
 
 
 def sites_line(summary: dict) -> str:
@@ -221,7 +232,8 @@ def sites_line(summary: dict) -> str:
         shown = f"n_j = {', '.join(map(str, sizes))} (total {sum(sizes)})"
     else:
         shown = f"n_j from {min(sizes)} to {max(sizes)} (total {sum(sizes)})"
-    text = f"sites: {len(sizes)}, {shown}; scored on {', '.join(summary['site_devices'])}"
+    devices = ", ".join(inert(device, MAX_NAME_CHARS) for device in summary["site_devices"])  # as the sites said
+    text = f"sites: {len(sizes)}, {shown}; scored on {devices}"
     placed = summary.get("placement")
     if placed:
         text += (f"; {placed['processes']} process(es) of {placed['sites_per_process']} site(s)"

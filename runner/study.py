@@ -161,7 +161,7 @@ class Study:
         if attacks is not None:
             rundir.write_attacks(attacks)
             summary["attacks"] = attacks
-        rundir.write_summary(summary)
+        summary = rundir.write_summary(summary)  # as written: what a peer chose in it made inert
         try:
             run_plots(rundir, run.alpha)
             write_timeline(rundir.path)

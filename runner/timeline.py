@@ -6,13 +6,15 @@ to answer, coloured by method (grey: the trial's join). Marks: a red cross where
 out, an orange diamond where it refused or a message from it was rejected, a black triangle
 where a scripted fault met it, a purple dot where its connection was lost; a dashed line where
 a phase deadline passed with sites missing. Rows are drawn as one collection, so 1,000 sites
-stay legible (site labels thin out to one tick in every few).
+stay legible (site labels thin out to one tick in every few). Every label is a `plot_label`
+(protocol.inert): inert, and never parsed as mathtext, whoever chose it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from protocol.inert import plot_label
 from runner.trace import COORDINATOR, SHUFFLER, Timeline
 
 MARKS = {  # instant category -> (marker, colour, legend)
@@ -77,7 +79,7 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
     ax.set_xlim(0, max(end - start, 1e-3) * 1.02)
     step = max(1, n // 40)
     ax.set_yticks(range(0, n, step))
-    ax.set_yticklabels([sites[i] for i in range(0, n, step)], fontsize=7 if n > 20 else 9)
+    ax.set_yticklabels([plot_label(sites[i]) for i in range(0, n, step)], fontsize=7 if n > 20 else 9)
     ax.set_ylabel(f"sites ({n})" + (f", every {step}th labelled" if step > 1 else ""))
     ax.set_xlabel(f"seconds from the start of trial {trial}")
 
@@ -88,14 +90,15 @@ def draw_timeline(timeline: Timeline, trial: int, out: str | Path) -> Path:
         tint = colour.get(s.args.get("method"), (0.6, 0.6, 0.6, 1.0))
         top.barh(lane, s.end - s.start, left=s.start - start, height=0.7, color=tint, alpha=0.9 if lane else 0.5)
         if lane == 0 and (s.end - s.start) > 0.04 * (end - start):
-            top.text((s.start + s.end) / 2 - start, 0, s.args.get("method", ""), ha="center", va="center", fontsize=8)
+            top.text((s.start + s.end) / 2 - start, 0, plot_label(s.args.get("method", "")), ha="center", va="center",
+                     fontsize=8)
     top.set_yticks([0, 1])
     top.set_yticklabels(["sessions", "phases"], fontsize=8)
     top.set_ylim(1.6, -0.6)
-    top.set_title(f"{timeline.name}: trial {trial} ({_counts(timeline, start, end)})"
+    top.set_title(f"{plot_label(timeline.name, None)}: trial {trial} ({_counts(timeline, start, end)})"
                   + (f"\n{timeline.shown}" if timeline.shown else ""), fontsize=10)
 
-    handles = [Patch(color=colour[m], label=m) for m in ["join", *methods]]
+    handles = [Patch(color=colour[m], label=plot_label(m)) for m in ["join", *methods]]
     if transfers:
         handles.append(Patch(color=(0.15, 0.15, 0.15, 0.7), label="message on its link"))
     handles += [Line2D([], [], marker=mk, color=tint, linestyle="", label=text) for mk, tint, text in MARKS.values()]

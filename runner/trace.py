@@ -21,7 +21,9 @@ instants that both outputs draw:
   timeline.png   runner.timeline: one trial, sites on one axis and time on the other.
 
 Times in trace.json are microseconds from the run's first record; `otherData.origin_unix_s`
-gives that instant.
+gives that instant. What `Timeline.of` reads is made inert first (protocol.inert: a reason or a
+plain-mode routing id a peer chose, even in an events.jsonl written before the event log did so),
+so that neither output shows a peer's control characters or unbounded text.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol.inert import MAX_NAME_CHARS, inert, inert_all
 from protocol.sessions import method_index
 from runner.outputs import RunDirectory
 from transport.faults import MESSAGE_ACTIONS, SITE_ACTIONS, resolve_rules
@@ -141,7 +144,7 @@ def _read_events(path: Path) -> list[dict]:
     if path.exists():
         for line in path.read_text().splitlines():
             try:
-                events.append(json.loads(line))
+                events.append(inert_all(json.loads(line)))
             except json.JSONDecodeError:  # a torn last line of a killed run
                 continue
     return events
@@ -150,7 +153,8 @@ def _read_events(path: Path) -> list[dict]:
 def _typed(row: dict) -> dict:
     number = (lambda v: int(v) if v not in ("", None) else None)
     ts = float(row["ts"])
-    return {**row, "trial": number(row["trial"]), "session": number(row["session"]), "bytes": int(row["bytes"]),
+    return {**row, "site": inert(row["site"], MAX_NAME_CHARS),  # a plain-mode peer's routing id, in an older ledger
+            "trial": number(row["trial"]), "session": number(row["session"]), "bytes": int(row["bytes"]),
             "accepted": row["accepted"] == "1", "ts": ts, "sent": float(row.get("sent") or ts),
             "arrived": float(row.get("arrived") or ts)}
 

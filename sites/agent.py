@@ -28,7 +28,7 @@ import zmq
 from protocol.methods import RequestError
 from protocol.phases import SequenceGuard
 from protocol.sessions import SESSIONS_PER_TRIAL
-from protocol.wire import COORDINATOR_TO_SITE
+from protocol.wire import COORDINATOR_TO_SITE, device_name, refusal
 from sites.local import SiteLocal
 from sites.storage import GroupCommit
 from sites.trials import TrialCache
@@ -164,24 +164,24 @@ class SiteAgent:
                 n = self.local.open_trial(trial, payload["seed"])
             except Exception as exc:  # a broken shard or model must not end the site
                 self.log.exception("cannot open trial %s", trial)
-                reply("error", {"phase": "join", "reason": f"cannot open trial {trial}: {exc}"})
+                reply("error", refusal("join", f"cannot open trial {trial}: {exc}"))
                 return
-            reply("join", {"n": n, "device": self.local.device})
+            reply("join", {"n": n, "device": device_name(self.local.device)})
             return
         try:
             body = self.local.answer(session, method, phase, payload["body"])
         except RequestError as exc:
             self.log.warning("refused request in session %d: %s", session, exc)
-            reply("error", {"phase": phase, "reason": str(exc)})
+            reply("error", refusal(phase, str(exc)))
             return
         except Exception as exc:  # a failing site half is reported, not fatal
             self.log.exception("site half failed in session %d", session)
-            reply("error", {"phase": phase, "reason": f"site failure: {type(exc).__name__}: {exc}"})
+            reply("error", refusal(phase, f"site failure: {type(exc).__name__}: {exc}"))
             return
         if self.local.route(method) != "shuffler":
             reply("response", {"phase": phase, "body": body})
         elif self.to_shuffler is None:
-            reply("error", {"phase": phase, "reason": "this site was given no shuffler endpoint"})
+            reply("error", refusal(phase, "this site was given no shuffler endpoint"))
         else:
             shuffle_channel, shuffle_outbox = self.to_shuffler
             claim = self.local.sealing_claim(method, phase, payload["body"])

@@ -181,3 +181,30 @@ def test_keys_and_runs_are_private_and_a_planted_key_directory_is_refused(tmp_pa
     scenario, world = trial_zero(run.work)
     shards = [p for p in run.work.rglob("*") if p.is_file()]
     assert shards and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in shards)
+
+
+def test_two_sites_with_one_public_key_are_refused_when_the_allow_list_is_built(tmp_path):
+    """Issue 47: an allow-list maps a key to one site id; a key file or a host's key shared by two
+    sites once left one name silently, so either site could connect as the other. Now building
+    the list fails, naming both sites: from key files, from the keys hosts sent, and when a host
+    sends a key another site holds after the start."""
+    import shutil
+
+    import zmq
+    from transport.security import DuplicateKeyError, SiteAuthenticator
+
+    key_dir = generate_keys(tmp_path / "keys", SITES)
+    shutil.copy(key_dir / "site-000.key", key_dir / "site-002.key")  # site-002 holds site-000's public key
+    with pytest.raises(DuplicateKeyError, match="sites 'site-000' and 'site-002' have the same public key"):
+        load_server_keys(key_dir, SITES)
+
+    publics = {site: load_client_keys(key_dir, site).public for site in SITES}
+    publics["site-003"] = publics["site-001"]  # what a host sent
+    with pytest.raises(DuplicateKeyError, match="'site-001' and 'site-003'"):
+        load_server_keys(key_dir, SITES, publics=publics)
+
+    authenticator = SiteAuthenticator(zmq.Context.instance(), {publics["site-001"]: "site-001"})
+    authenticator.allow(publics["site-001"], "site-001")  # the same site again: nothing new
+    with pytest.raises(DuplicateKeyError, match="'site-001' and 'site-009'"):
+        authenticator.allow(publics["site-001"], "site-009")
+    assert set(authenticator.sites.values()) == {"site-001"}

@@ -144,3 +144,138 @@ def test_a_control_message_is_bounded_by_its_type_before_decoding():
     with pytest.raises(WireError, match=f"join message of .* exceeds its limit of {MAX_BYTES_BY_TYPE['join']}"):
         decode(packed + zlib.crc32(packed).to_bytes(4, "little"))
     assert len(short("x" * 10_000)) == 300
+
+
+# -- issue 47, point 6: every type has a limit, whatever the key order; free strings are bounded --
+
+
+def _packed(obj: dict) -> bytes:
+    return seal(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_every_message_type_has_a_size_limit_within_the_message_limit():
+    from protocol.wire import MAX_BYTES_BY_TYPE, MAX_BYTES_UNCANONICAL, MAX_MESSAGE_BYTES, PAYLOADS
+
+    assert set(MAX_BYTES_BY_TYPE) == set(PAYLOADS)
+    assert all(0 < limit <= MAX_MESSAGE_BYTES for limit in MAX_BYTES_BY_TYPE.values())
+    assert MAX_BYTES_UNCANONICAL == min(MAX_BYTES_BY_TYPE.values())
+
+
+@pytest.mark.parametrize("order", [["p", "n", "f", "s", "t", "v"], ["t", "v", "s", "f", "n", "p"],
+                                   ["v", "s", "t", "f", "n", "p"]])
+def test_a_reordered_envelope_over_its_types_limit_is_refused_before_its_body_is_decoded(order, monkeypatch):
+    """A `join` of 2,000 bytes (its limit is 1,024) with its keys in another order than `encode`
+    lays them out once passed as a message of unknown type; now it is refused on its length,
+    and msgpack never decodes it."""
+    import protocol.wire as wire
+
+    fields = {"v": PROTOCOL_VERSION, "t": "join", "s": 1, "f": "site-001", "n": 0,
+              "p": {"n": 5, "device": "x" * 2000}}
+    data = _packed({key: fields[key] for key in order})
+    assert len(data) > wire.MAX_BYTES_BY_TYPE["join"]
+
+    def never(*args, **kwargs):
+        raise AssertionError("the body was decoded")
+
+    monkeypatch.setattr(wire.msgpack, "unpackb", never)
+    with pytest.raises(WireError, match="not laid out as encode lays it out"):
+        decode(data)
+
+
+def test_a_reordered_envelope_within_the_smallest_limit_still_decodes():
+    """What `decode` accepts did not change for small messages: the key order is free there."""
+    env = Envelope("close", 4, "coordinator", 2, {})
+    data = _packed({"p": {}, "n": 2, "f": "coordinator", "s": 4, "t": "close", "v": PROTOCOL_VERSION})
+    assert decode(data) == env
+
+
+@pytest.mark.parametrize("mtype", ["request", "response", "sealed", "batch", "error"])
+def test_every_type_is_held_to_its_own_limit(mtype):
+    from protocol.wire import MAX_BYTES_BY_TYPE
+
+    limit = MAX_BYTES_BY_TYPE[mtype]
+    packed = msgpack.packb({"v": PROTOCOL_VERSION, "t": mtype, "s": 1, "f": "site-001", "n": 0,
+                            "p": {"pad": b"x" * limit}}, use_bin_type=True)
+    with pytest.raises(WireError, match=f"{mtype} message of .* exceeds its limit of {limit}"):
+        decode(seal(packed), max_bytes=2 * limit)
+
+
+def test_the_largest_legitimate_small_messages_fit_their_limits():
+    """What the protocol really sends at the top of each bounded field passes its type's limit:
+    the longest reason and phase in 4-byte UTF-8, a maximal device, a sealed message with the
+    largest ciphertext the shuffler takes, all integers at their largest."""
+    from protocol.shuffle import MAX_CIPHERTEXT
+    from protocol.wire import MAX_BYTES_BY_TYPE, MAX_FIELD_CHARS, MAX_SEQUENCE
+
+    wide, top = "\U0001F600", MAX_SEQUENCE
+    phase = "p" * MAX_FIELD_CHARS["phase"]
+    messages = [
+        Envelope("error", top, "s" * 64, top, {"phase": wide * MAX_FIELD_CHARS["phase"],
+                                               "reason": wide * MAX_FIELD_CHARS["reason"]}),
+        Envelope("join", top, "s" * 64, top, {"n": top, "device": "d" * MAX_FIELD_CHARS["device"]}),
+        Envelope("hello", top, "s" * 64, top, {"pid": top}),
+        Envelope("open", top, "coordinator", top, {"trial": top, "seed": top}),
+        Envelope("batch_ready", top, "shuffler", top, {"phase": phase}),
+        # a claim larger than protocol.shuffle.sealing_claim's (a count and two digests of 16 and 32 bytes)
+        Envelope("sealed", top, "s" * 64, top, {"phase": phase, "ciphertext": b"c" * MAX_CIPHERTEXT,
+                                                "claim": {"messages": top, "key": b"k" * 64, "request": b"r" * 64}}),
+    ]
+    for envelope in messages:
+        assert decode(encode(envelope)) == envelope
+        assert len(encode(envelope)) <= MAX_BYTES_BY_TYPE[envelope.type] * 0.75  # room to spare
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:15", "mps"])
+def test_the_devices_sites_report_pass(device):
+    env = Envelope("join", 1, "site-001", 0, {"n": 5, "device": device})
+    assert decode(encode(env)) == env
+
+
+@pytest.mark.parametrize("device", ["[bold red]site-002 joined[/]", "cpu\nsite-009 joined", "cpu\x1b[2J", "",
+                                    "c" * 33, "cuda (A100)"])
+def test_a_device_that_is_not_a_short_name_is_refused_naming_the_field(device):
+    with pytest.raises(WireError, match="join: field 'device'"):
+        decode(raw(p={"n": 20, "device": device}))
+    with pytest.raises(WireError, match="join: field 'device'"):
+        encode(Envelope("join", 1, "site-001", 0, {"n": 5, "device": device}))
+
+
+def test_a_free_string_is_bounded_with_a_reason_naming_the_type_and_field():
+    from protocol.wire import MAX_FIELD_CHARS, MAX_TEXT_CHARS
+
+    cases = [
+        ("error", {"phase": "respond", "reason": "r" * (MAX_FIELD_CHARS["reason"] + 1)}, "error: field 'reason'"),
+        ("error", {"phase": "x" * 65, "reason": "no"}, "error: field 'phase'"),
+        ("error", {"phase": "respond\nsite-003 answered", "reason": "no"}, "error: field 'phase' must be printable"),
+        ("response", {"phase": "respond\x1b[2J", "body": 1.0}, "response: field 'phase' must be printable"),
+        ("request", {"method": "m" * 65, "phase": "respond", "body": {}}, "request: field 'method'"),
+        ("batch", {"phase": "respond", "ciphertexts": [], "senders": [], "received": {},
+                   "refused": {"site-001": "r" * (MAX_TEXT_CHARS + 1)}, "withheld": ""},
+         "batch: a string in field 'refused'"),
+        ("batch_lost", {"phase": "respond", "sites": {"s" * (MAX_TEXT_CHARS + 1): "gone"}},
+         "batch_lost: a string in field 'sites'"),
+    ]
+    for mtype, payload, fragment in cases:
+        sender = {"request": "coordinator", "batch": "shuffler", "batch_lost": "coordinator"}.get(mtype, "site-001")
+        data = _packed({"v": PROTOCOL_VERSION, "t": mtype, "s": 1, "f": sender, "n": 0, "p": payload})
+        with pytest.raises(WireError, match=fragment):
+            decode(data)
+
+
+def test_a_reason_may_hold_any_text_within_its_bound():
+    """A refusal may quote an exception over several lines: the wire keeps it (bounded), and the
+    outputs escape it (protocol.inert)."""
+    env = Envelope("error", 1, "site-001", 0, {"phase": "respond", "reason": "line 1\nline 2\x1b[31m"})
+    assert decode(encode(env)) == env
+
+
+def test_a_site_cuts_its_own_reason_and_device_to_what_the_wire_takes():
+    from protocol.wire import MAX_FIELD_CHARS, device_name, refusal
+
+    payload = refusal("respond", "long exception " * 500)
+    assert len(payload["reason"]) == MAX_FIELD_CHARS["reason"]
+    encode(Envelope("error", 1, "site-001", 0, payload))
+    assert device_name("cuda:0") == "cuda:0"
+    assert device_name("NVIDIA A100 [80GB]\n" * 3) == "NVIDIA_A100__80GB__NVIDIA_A100__"
+    assert device_name("") == "unknown"
+    encode(Envelope("join", 1, "site-001", 0, {"n": 1, "device": device_name("cuda (A100)\x1b")}))

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protocol.inert import MAX_NAME_CHARS, inert
+
 GREETING_BYTES = 64
 CURVE_MESSAGE_OVERHEAD = 33
 #: ts: Unix time the message left or arrived at the coordinator's socket (s, to 1 us); sent and
@@ -78,10 +80,12 @@ class Ledger:
 
     def record(self, *, site: str, direction: str, mtype: str, nbytes: int, info_bits: int = 0,
                accepted: bool = True, **override) -> dict:
-        """Add one row (tags from `context`, then `override`); returns it for later updates."""
+        """Add one row (tags from `context`, then `override`); returns it for later updates. The
+        site is inert (protocol.inert): in plain mode it is whatever routing id the peer chose."""
         now = round(time.time(), 6)
         row = {"trial": "", "session": "", "method": "", "codec": "", "phase": "", "link": "", **self.context,
-               **override, "site": site, "direction": direction, "type": mtype, "bytes": int(nbytes),
+               **override, "site": inert(site, MAX_NAME_CHARS), "direction": direction, "type": mtype,
+               "bytes": int(nbytes),
                "info_bits": int(info_bits), "accepted": int(bool(accepted)), "ts": now, "arrived": now}
         row["sent"] = round(row.get("sent", now), 6)
         if direction == "down":  # the coordinator's socket is where a message to a site leaves

@@ -24,6 +24,11 @@ file, `sites.public` (issue 40: 10,000 key files cost seconds of start-up). The 
 directory then holds the coordinator's pair only: the shuffler, a party of its own, makes its
 pair in its own process, and the sites learn its public key from the party registry
 (transport.registry, issue 47), never from the coordinator.
+
+An allow-list maps each public key to one site id, so two sites may never share a key (issue
+47): the second would be admitted under whichever name the list kept, and could take the
+other's name. Building an allow-list, from key files or from the keys hosts sent, refuses a key
+another site already holds with DuplicateKeyError, naming both (`claim_key`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,24 @@ class ClientKeys:
     server_public: bytes
     public: bytes
     secret: bytes
+
+
+class DuplicateKeyError(ValueError):
+    """Two site ids with one public key; str(error) names both."""
+
+
+def claim_key(holders: dict[bytes, str], public: bytes, site: str) -> bytes:
+    """Put `public` (Z85) for `site` on an allow-list of raw keys -> site ids (`holders`) and
+    return the raw 32-byte key; DuplicateKeyError when another site holds it already (compared
+    raw, so that no second spelling of one key passes)."""
+    raw = z85.decode(public)
+    holder = holders.setdefault(raw, site)
+    if holder != site:
+        first, second = sorted((holder, site))
+        raise DuplicateKeyError(f"sites {first!r} and {second!r} have the same public key "
+                                f"({public[:8].decode('ascii', 'replace')}...): either could connect as the other; "
+                                f"each site needs a key pair of its own (run.py keys --site-ids ...)")
+    return raw
 
 
 class KeyDirectoryError(PermissionError):
@@ -162,12 +185,14 @@ def write_public_key(directory: str | Path, name: str, public: bytes) -> Path:
 def load_server_keys(directory: str | Path, site_ids, server: str = COORDINATOR_KEY,
                      publics: dict[str, bytes] | None = None) -> ServerKeys:
     """The key pair of `server` (the coordinator, or the shuffler) and its allow-list: the sites'
-    public keys from `publics` (what their hosts sent) or else from the directory's SITE.key files."""
+    public keys from `publics` (what their hosts sent) or else from the directory's SITE.key files;
+    DuplicateKeyError when two sites have the same key."""
     directory = Path(directory)
     public, secret = _load(directory, server, secret=True)
-    sites = {}
+    sites, holders = {}, {}
     for site in site_ids:
         site_public = publics[site] if publics is not None else _load(directory, site, secret=False)[0]
+        claim_key(holders, site_public, site)  # two sites with one key: refused, naming both
         sites[site_public] = site
     return ServerKeys(public, secret, sites)
 
@@ -218,13 +243,16 @@ class SiteAuthenticator:
 
     def __init__(self, context: zmq.Context, sites: dict[bytes, str]) -> None:
         self.context = context
-        self.sites = {z85.decode(public): site for public, site in sites.items()}  # raw 32-byte key -> site
+        self.sites: dict[bytes, str] = {}  # raw 32-byte key -> site
+        for public, site in sites.items():
+            self.allow(public, site)
         self._thread: threading.Thread | None = None
         self._control = f"inproc://quorum-zap-control-{id(self):x}"
 
     def allow(self, public: bytes, site: str) -> None:
-        """Admit `site`'s public key (Z85) from now on (one its host made and sent)."""
-        self.sites[z85.decode(public)] = site
+        """Admit `site`'s public key (Z85) from now on (one its host made and sent); a key another
+        site holds already is refused (DuplicateKeyError), never given a second name."""
+        claim_key(self.sites, public, site)
 
     def start(self) -> None:
         handler = self.context.socket(zmq.REP)
