@@ -27,6 +27,11 @@ defences of a protocol can be tested (ours, or a plugin's). Each rule of the sce
   messages answer different requests; in a secure sum the target's neighbours and the target
   refuse to mask, and the session aborts with the reason.
 
+- `repeat`: after the session, the same sites are asked the same question again in `times`
+  fresh sessions of the same trial (averaging fresh noise away: a budget reset by new sessions);
+- `replay_request`: the session's request is sent again `times` times within the same session
+  (a second answer from the same half: a budget reset by replay).
+
 Everything the sites did is reported (`AttackRecord`: asked, answered, refused and why, and
 the attack's own finding), in attacks.csv, summary.json and the terminal. The attacks rewrite
 only what the coordinator sends; the sites run unchanged.
@@ -43,7 +48,11 @@ import numpy as np
 from stats.randomness import site_rng
 
 ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
-           "batch_of_one", "equivocate")
+           "batch_of_one", "repeat", "replay_request", "equivocate")
+
+#: the most asks of `repeat` and `replay_request` (its fresh sessions take trial-local ids from
+#: REPEAT_FIRST up, above any method's own session index)
+REPEAT_MAX, REPEAT_FIRST = 400, 500
 
 #: the scenario's `attacks:` entries (scenarios.scenario validates them)
 ATTACK_FIELDS = {
@@ -52,7 +61,8 @@ ATTACK_FIELDS = {
     "trials": {"type": "int_or", "choices": ["all"], "min": 0, "default": "all"},
     "ask": {"type": "str", "default": "centralized"},  # forbidden_method, switch_method
     "bins": {"type": "int", "min": 2, "max": 1 << 20, "default": 40_000},  # fabricated_table
-    "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim; equivocate (bins times this)
+    "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim
+    "times": {"type": "int", "min": 1, "max": REPEAT_MAX, "default": 10},  # repeat, replay_request; equivocate (bins times this)
     "target": {"type": "str", "default": ""},  # equivocate: the site asked another question ("": the first)
 }
 
@@ -68,6 +78,8 @@ def attack_problem(attack: dict, method) -> str | None:
         return "a shuffled or securely summed method (its requests carry a central claim)"
     if kind == "batch_of_one" and method.codec != "shuffle":
         return "a shuffled method"
+    if kind in ("repeat", "replay_request") and (method.codec != "exp_mech_bins" or len(method.phase_table().steps) != 1):
+        return "a one-phase method whose sites answer an exponential-mechanism bin (codec exp_mech_bins)"
     if kind == "equivocate" and method.codec not in ("shuffle", "secagg_ddg"):
         return "a shuffled or securely summed method (one question for every contributor is what it checks)"
     return None
@@ -156,6 +168,11 @@ class Adversary:
         elif kind in ("inflate_claim", "batch_of_one"):
             record.finding = ("the claim was held: " + _short(next(iter(refused.values())))) if refused else (
                 f"{len(answers)} answers released on the coordinator's word (trusted: docs/privacy.md)")
+        elif kind in ("repeat", "replay_request"):
+            where = "fresh sessions" if kind == "repeat" else "the same session"
+            record.finding = (f"asked the same question {record.asked} times in all ({where} after the first): "
+                              f"{record.answered} answers, {record.refused} refused; the sites' budget, not the "
+                              f"coordinator, decided how many")
         elif kind == "equivocate":
             from protocol.secagg.protocol import DIFFERENT_QUESTIONS
 

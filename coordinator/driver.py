@@ -28,7 +28,7 @@ from protocol.inert import MAX_NAME_CHARS, inert
 from protocol.methods import Method, Outcome
 from protocol.noise import coordinator_rng
 from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
-from protocol.sessions import join_session, method_session
+from protocol.sessions import SESSIONS_PER_TRIAL, join_session, method_session
 from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from stats.randomness import site_rng
 from transport.channel import COORDINATOR_ID, RouterChannel, Incoming
@@ -222,6 +222,8 @@ class Coordinator:
                                      {**dropped, **decoded.undecodable})
                 if rule["attack"] == "switch_method" and session.rounds == 1:
                     self._ask_other(trial, session_id, label, rule, record, sizes)
+                if rule["attack"] in ("repeat", "replay_request") and session.rounds == 1:
+                    self._ask_again(trial, session_id, step.phase, sends, rule, record)
             self.ledger.flush()  # the phase's rows are final: to disk now, not held until the session ends
             # the phase's requests, raw answers and rows are done with: freed before the half works
             # out the next phase (at 10,000 sites, tens of MB while it builds as much again)
@@ -243,6 +245,17 @@ class Coordinator:
                 except (KAnonymityError, ValueError, TypeError, AttributeError):
                     continue
                 self.adversary.observe_table(record, release, site)
+
+    def _ask_again(self, trial, session, phase, sends, rule, record) -> None:
+        """repeat / replay_request: send the sites the phase's request again, `rule["times"]`
+        times, in fresh sessions of the trial or in this one, and record who answered (the
+        answers themselves are the coordinator's to average; the sites' budgets decide how many)."""
+        from coordinator.adversary import REPEAT_FIRST
+
+        for k in range(rule["times"]):
+            again = trial * SESSIONS_PER_TRIAL + REPEAT_FIRST + k if rule["attack"] == "repeat" else session
+            answers, dropped, _ = self._phase(again, phase, dict(sends), self.deadlines.respond, trial=trial)
+            self.adversary.observe(record, rule, again, {site: {} for site in sends}, answers, dropped)
 
     def _ask_other(self, trial, session, label, rule, record, sizes) -> Outcome:
         """forbidden_method / switch_method: ask every joined site for the method `rule["ask"]` in

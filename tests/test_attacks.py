@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"
 KANON_TABLE = ROOT / "scenarios" / "attacks" / "kanon-table.yaml"
 SECURE_SUM = ROOT / "scenarios" / "attacks" / "secure-sum.yaml"
+BUDGET = ROOT / "scenarios" / "attacks" / "budget.yaml"
 
 
 def attacks_of(out: Path) -> dict[str, dict]:
@@ -59,6 +60,22 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     assert len(privacy) == 10 and all(r["refused"] == "1" and r["releases"] == "0" for r in privacy)
     events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
     assert sum(e["event"] == "attack" for e in events) == 6
+
+
+def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_default_budget(tmp_path):
+    """Issue 47: sites with no policy or budget of their own (epsilon 3 per record, the defaults),
+    asked for an epsilon-1 bin and then the same question 10 times more, in fresh sessions (trial
+    0) or replayed within the session (trial 1): each site answers exactly 3 times per trial (the
+    pld composition of three epsilon-1 pure releases is 3), whatever the coordinator tries."""
+    run_study(load_scenario(BUDGET).to_dict(), tmp_path)
+    rows = list(csv.DictReader(open(tmp_path / "attacks.csv")))
+    assert [(r["trial"], r["attack"]) for r in rows] == [("0", "repeat"), ("1", "replay_request")]
+    for row in rows:
+        assert (row["asked"], row["answered"], row["refused"]) == ("88", "24", "64")
+        assert "privacy budget" in row["reasons"] and "over its budget 3" in row["reasons"]
+    totals = [r for r in csv.DictReader(open(tmp_path / "privacy.csv")) if r["method"] == "total"]
+    assert len(totals) == 8 and all(float(r["epsilon_composed"]) <= 3.0 + 1e-9 for r in totals)
+    assert all(r["releases"] == "6" and r["refused"] == "16" for r in totals)
 
 
 def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path):

@@ -215,3 +215,64 @@ def test_privacy_csv_reports_the_worst_record_across_trials(tmp_path):
     ask(local, 3001, 0.5)
     rows = privacy_rows(read_accounts(tmp_path, ["site-000"], Budget.from_spec(budget)), {})
     assert next(r for r in rows if r["method"] == "total")["epsilon_basic"] == pytest.approx(3.0)
+
+
+STUDY = """name: {name}
+seed: {seed}
+trials: 1
+alpha: 0.1
+data: {{source: sklearn, name: diabetes}}
+split: {{train: 0.3, calibration: 0.6, test: 0.1}}
+sites: {{count: 2, sizes: equal, budget: {{epsilon: unlimited}}, policy: {{max_epsilon: 5}}}}
+model: {{kind: ridge}}
+methods:
+  - {{name: fedcp2_qq, epsilon: 2.0, bins: {{count: 10, lo: training, hi: training}}}}
+runtime:
+  deadlines: {{hello: 60, join: 30, respond: 20}}
+"""
+
+
+def run_by_hand(tmp_path, name: str, seed: int, sitehost) -> tuple[dict, str]:
+    """A study of one coordinator (`run.py coordinator`) and two sites (`run.py site`, the
+    protective defaults: no --policy), each its own process; results.csv's row and the sites' output."""
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    study = tmp_path / f"{name}.yaml"
+    study.write_text(STUDY.format(name=name, seed=seed))
+    coordinator = subprocess.Popen(
+        [sys.executable, str(root / "run.py"), "coordinator", "--scenario", str(study), "--bind", "tcp://127.0.0.1:*",
+         "--plain", "--out", str(tmp_path / name), "--hello-timeout", "60"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = []
+        while len(seen) < 10 and not (seen and seen[-1].startswith("listening at ")):
+            seen.append(coordinator.stdout.readline())
+        endpoint = seen[-1].split()[2]
+        sites = subprocess.run(
+            [sys.executable, str(root / "run.py"), "site", "--connect", endpoint, "--site-ids", "0-1", "--scenario",
+             str(study), "--plain", "--workdir", str(sitehost), "--idle-timeout", "60"],
+            cwd=root, capture_output=True, text=True, timeout=240)
+        output, _ = coordinator.communicate(timeout=240)
+    finally:
+        coordinator.kill()
+    assert coordinator.returncode == 0, output + sites.stdout + sites.stderr
+    return next(csv.DictReader(open(tmp_path / name / "results.csv"))), sites.stdout
+
+
+def test_a_new_study_over_the_same_people_draws_on_the_same_budget_over_real_processes(tmp_path):
+    """Budget reset by a new run directory, a new seed (another split: the same people reordered,
+    restandardised, rescored by another model fit) and trial number 0 again: sites run by hand
+    with the defaults (whatever the study's `budget: unlimited` says) answer the first study's
+    epsilon-2 release and refuse the second's, since the records they share would pass epsilon 3.
+    (Both studies' own validation passes: each asks 2, within the defaults' 3 per release.)"""
+    sitehost = tmp_path / "sitehost"  # the operator's own storage, kept between studies
+    first, printed = run_by_hand(tmp_path, "first", 7, sitehost)
+    assert first["status"] == "ok" and first["answered"] == "2", first["reason"]
+    assert "site policy enforced (the protective defaults (no --policy given))" in printed
+    assert "budget: epsilon 3 at delta 1e-06 per record" in printed
+    second, _ = run_by_hand(tmp_path, "second", 11, sitehost)
+    assert second["status"] == "aborted" and "privacy budget" in second["reason"], second
