@@ -90,7 +90,8 @@ class Run:
 
     def report(self) -> list:
         """What the terminal shows of the run: each result family's table, the communication table,
-        the sites' line, the privacy line and one line per attack (rich renderables and strings)."""
+        the sites' line, the privacy line and one line per attack (rich tables, and
+        lines as rich Text, so that what a site sent is never read as markup)."""
         from runner.report import run_report
 
         return run_report(self.summary)
