@@ -45,3 +45,17 @@ def test_ci_runs_the_test_command_the_readme_gives():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test: .*\n\t.*pytest", makefile, re.M)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_test_a_page_names_exists(page):
+    """The trust table is a test table (issue 47): a test named beside a promise is a real test.
+    `test_x.py::test_name` names a test of tests/test_x.py; a following `::test_other` (with no
+    file) names another test of the same file; a bare `test_x.py` names a file."""
+    text = page.read_text()
+    for match in re.finditer(r"`(test_\w+\.py)(?:::(\w+))?`((?:, `::\w+`)*)", text):
+        file, tests = match.group(1), [match.group(2), *re.findall(r"`::(\w+)`", match.group(3))]
+        source = ROOT / "tests" / file
+        assert source.exists(), f"{page.name}: tests/{file}"
+        for name in filter(None, tests):
+            assert re.search(rf"^def {name}\(", source.read_text(), re.MULTILINE), f"{page.name}: {file}::{name}"
