@@ -329,14 +329,14 @@ def _budget_checks(s: dict):
             names.append(f"{spec['label']} ({spend.epsilon:.3g}, {spend.delta:.3g})")
     if not events:
         return
-    recurring = budget.per_record and SOURCES[s["data"]["source"]].fixed_records and s["trials"] > 1
+    recurring = (not budget.per_record or SOURCES[s["data"]["source"]].fixed_records) and s["trials"] > 1
     if recurring:
         events = events * s["trials"]
     account = SiteAccount(budget)
     total = account.composed(events)
     if total > budget.epsilon * (1 + 1e-12):
-        what = (f"{s['trials']} trials over the same records of {s['data']['source']} data" if recurring
-                else "one trial")
+        what = ("one trial" if not recurring else f"{s['trials']} trials (scope dataset)" if not budget.per_record
+                else f"{s['trials']} trials over the same records of {s['data']['source']} data")
         yield ScenarioError("sites.budget.epsilon",
                             f"a budget that covers {what}: {', '.join(names)} compose to epsilon {total:.4g} at "
                             f"delta {budget.delta:g} ({budget.composition}); write a larger budget (or "

@@ -107,7 +107,10 @@ class SiteLocal:
             self._refuse(session, method_name, f"session {session} belongs to {owner}; a session never "
                                                f"changes its method")
         bound = self._halves.get(session)
-        spend = method.spend(phase, body)
+        try:
+            spend = method.spend(phase, body)
+        except RequestError as exc:  # a claim the site cannot back: refused, and kept in its account
+            self._refuse(session, method_name, str(exc))
         refusal = self.policy.refusal(method_name, spend)
         if refusal is not None:
             self._refuse(session, method_name, refusal)

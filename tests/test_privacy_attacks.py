@@ -28,6 +28,7 @@ from protocol.methods.private_bin import bin_spend
 from runner.outputs import RunDirectory
 from runner.study import run_study
 from scenarios.scenario import validate_scenario
+from specs.schema import ScenarioError
 from sites.local import SiteLocal
 from stats.kanon import KAnonymityError, check_release, first_release, join_release
 from tests.support import TINY
@@ -266,13 +267,14 @@ def test_a_site_counts_the_central_epsilon_only_when_amplification_backs_it():
     from stats.amplification import shuffled_epsilon
 
     backed = shuffled_epsilon(2.0, 1000, 1e-6)
-    spend = bin_spend({"epsilon": 2.0, "central": {"epsilon": backed * 1.001, "delta": 1e-6, "messages": 1000}})
+    spend = bin_spend({"epsilon": 2.0, "central": {"epsilon": backed * 1.001, "delta": 1e-6, "messages": 1000}},
+                      amplified=True)
     assert spend.epsilon == pytest.approx(backed * 1.001) and spend.delta == 1e-6
     for lie in ({"epsilon": backed / 2, "delta": 1e-6, "messages": 1000},  # claims more privacy than 1000 give
                 {"epsilon": backed * 1.001, "delta": 1e-6, "messages": 1000.0},
                 {"epsilon": backed * 1.001, "delta": 0, "messages": 1000}):
         with pytest.raises(RequestError):
-            bin_spend({"epsilon": 2.0, "central": lie})
+            bin_spend({"epsilon": 2.0, "central": lie}, amplified=True)
 
 
 def test_an_account_refuses_a_delta_it_cannot_hold():
@@ -295,18 +297,28 @@ def run_tiny(tmp_path, methods, budget, **scenario):
     return rows, spent
 
 
-def test_a_run_stops_at_each_sites_budget_and_reports_what_each_site_spent(tmp_path):
+def test_a_run_stops_at_each_sites_budget_and_reports_what_each_site_spent(tmp_path, monkeypatch):
+    """The sites' own check at run time, whatever the study checked before: with the harness's
+    budget check switched off (a study that did not plan for its sites' budget), the second
+    epsilon-4 release is refused by every site and reported."""
+    import scenarios.scenario
+
     bins = {"count": 20, "lo": "training", "hi": "training"}
-    rows, spent = run_tiny(tmp_path, [{"name": "fedcp2_qq", "label": "first", "epsilon": 6.0, "bins": bins},
-                                      {"name": "fedcp2_qq", "label": "second", "epsilon": 6.0, "bins": bins},
+    with pytest.raises(ScenarioError, match="sites.budget.epsilon"):  # what validation says first
+        run_tiny(tmp_path / "checked", [{"name": "fedcp2_qq", "label": "first", "epsilon": 4.0, "bins": bins},
+                                        {"name": "fedcp2_qq", "label": "second", "epsilon": 4.0, "bins": bins}],
+                 {"epsilon": 6.0, "composition": "basic"})
+    monkeypatch.setattr(scenarios.scenario, "_budget_checks", lambda s: iter(()))
+    rows, spent = run_tiny(tmp_path, [{"name": "fedcp2_qq", "label": "first", "epsilon": 4.0, "bins": bins},
+                                      {"name": "fedcp2_qq", "label": "second", "epsilon": 4.0, "bins": bins},
                                       {"name": "fedcp_qq"}],
-                           {"epsilon": 10.0, "composition": "basic"})
+                           {"epsilon": 6.0, "composition": "basic"})
     assert rows["first"]["status"] == "ok" and rows["second"]["status"] == "aborted"
     assert "privacy budget" in rows["second"]["reason"]
     totals = {r["site"]: r for r in spent if r["method"] == "total"}
     assert len(totals) == 4
     for row in totals.values():
-        assert float(row["epsilon_basic"]) == pytest.approx(6.0) and int(row["refused"]) == 1
+        assert float(row["epsilon_basic"]) == pytest.approx(4.0) and int(row["refused"]) == 1
         assert int(row["non_private"]) == 1  # fedcp_qq's raw local quantile, listed
     second = [r for r in spent if r["method"] == "second"]
     assert all(int(r["refused"]) == 1 and float(r["epsilon_basic"]) == 0.0 for r in second)

@@ -276,3 +276,26 @@ def test_a_new_study_over_the_same_people_draws_on_the_same_budget_over_real_pro
     assert "budget: epsilon 3 at delta 1e-06 per record" in printed
     second, _ = run_by_hand(tmp_path, "second", 11, sitehost)
     assert second["status"] == "aborted" and "privacy budget" in second["reason"], second
+
+
+def test_a_central_claim_on_an_unshuffled_bin_is_refused(tmp_path):
+    """Red team, issue 47: a claim of central epsilon 3 over 100,000 shuffled messages, attached to
+    a plain fedcp2_qq (or private_cp_local) request, made a default site release an epsilon-7.85
+    bin straight to the coordinator and book 3. A claim is honoured only where the method's own
+    codec shuffles or sums the answer."""
+    from protocol.methods import METHODS
+    from stats.amplification import local_epsilon_for
+
+    eps0 = local_epsilon_for(3.0, 100_000, 1e-6)
+    assert eps0 > 7
+    claimed = {"level": 0.5, "epsilon": eps0, "bins": BINS, "central": {"epsilon": 3.0, "delta": 1e-6,
+                                                                         "messages": 100_000}}
+    for name in ("fedcp2_qq", "private_cp_local"):
+        with pytest.raises(RequestError, match="central claim on a bin that goes to the coordinator unshuffled"):
+            METHODS[name].spend("respond", claimed)
+    assert METHODS["fedcp2_qq_shuffle"].spend("respond", claimed).epsilon == 3.0  # shuffled: backed, booked
+    local = SiteLocal("site-0", tmp_path)
+    local.hold(0, 0, np.linspace(0.05, 3.95, 60))
+    with pytest.raises(RequestError, match="unshuffled"):
+        local.answer(1, "fedcp2_qq", "respond", CODECS["exp_mech_bins"]().wrap_request(claimed))
+    assert [r["kind"] for r in local.account.records] == ["refused"]

@@ -97,7 +97,7 @@ class FedCP2QQ(OneShotMethod):
 
     @classmethod
     def spend(cls, phase, body):
-        return bin_spend(body)
+        return bin_spend(body, amplified=cls.codec_class().route == "shuffler")
 
     @classmethod
     def release_shape(cls, phase, body):

@@ -95,7 +95,8 @@ class FedCP2QQSecAgg(AmplifiedBins):
     @classmethod
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
-        return bin_spend(body.get("method")) if phase == "advertise" and isinstance(body, dict) else None
+        return (bin_spend(body.get("method"), amplified=True)  # a one-hot term of a secure sum
+                if phase == "advertise" and isinstance(body, dict) else None)
 
     @classmethod
     def release_shape(cls, phase, body):
@@ -126,6 +127,6 @@ PUBLIC = {"type": "map", "fields": {"level": REQUEST["fields"]["level"], "epsilo
 
 def check_public(public):
     public = checked(PUBLIC, public, "advertise request.method")
-    spend = bin_spend(public)
+    spend = bin_spend(public, amplified=True)
     bins_from_request(public["bins"])
     return spend

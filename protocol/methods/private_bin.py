@@ -46,14 +46,21 @@ class PrivateQuantileBin(SiteHalf):
         return private_quantile_bin(self.scores, grid, float(level), float(epsilon), self.rng)
 
 
-def bin_spend(body) -> Spend:
+def bin_spend(body, amplified: bool = False) -> Spend:
     """What one exponential-mechanism bin releases: epsilon-LDP at the request's epsilon, or the
     central (epsilon, delta) of a shuffle of at least `messages` such bins when the request
-    claims one and FMT21's bound backs the claim (RequestError when it does not)."""
+    claims one and FMT21's bound backs the claim (RequestError when it does not). `amplified`:
+    whether the answer really travels through the shuffler or into a sum, which the method knows
+    from its own codec; a central claim on a bin that goes to the coordinator as it is would book
+    the amplified epsilon for a release that has none, and is refused."""
     epsilon = checked(REQUEST["fields"]["epsilon"], body.get("epsilon") if isinstance(body, dict) else None,
                       "epsilon")
     if body.get("central") is None:
         return Spend("dp", float(epsilon), 0.0, "local")
+    if not amplified:
+        raise RequestError("a central claim on a bin that goes to the coordinator unshuffled and unsummed: its "
+                           f"release is epsilon {epsilon:g} local DP, not amplified; this site answers only an "
+                           "unclaimed request")
     central = checked(CENTRAL, body["central"], "central")
     backed = shuffled_epsilon(float(epsilon), int(central["messages"]), float(central["delta"]))
     if backed > central["epsilon"] * (1 + 1e-6):
