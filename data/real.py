@@ -96,11 +96,26 @@ def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray]:
     return _floats(frame.drop(columns=STAR_SCORES), target)
 
 
+def row_identities(frame) -> np.ndarray:
+    """Each row's identity (uint64, protocol.accounting.record_ids' width): BLAKE2b over every
+    column of the row as read, the columns in the order of their names, so that a study that
+    picks other features, another target or another column order still names the same person
+    (a site's budget is keyed by it, issue 47)."""
+    import hashlib
+
+    columns = sorted(map(str, frame.columns))
+    text = frame.rename(columns=str)[columns].astype(str).to_numpy()
+    return np.fromiter((int.from_bytes(hashlib.blake2b("\x1f".join(f"{c}={v}" for c, v in zip(columns, row))
+                                                       .encode(), digest_size=8).digest(), "little")
+                        for row in text), dtype=np.uint64, count=len(text))
+
+
 def load_csv(path: str | Path, target: str, features: list[str] | None = None,
-             classification: bool = False) -> tuple[np.ndarray, np.ndarray]:
+             classification: bool = False, with_ids: bool = False):
     """A CSV with a header: `target` is y, `features` (default: every other column) X. Rows with
     missing values are dropped; non-numeric feature columns are an error that names them. For
-    classification the target's distinct values (numbers or text) are coded 0..K-1 in sorted order."""
+    classification the target's distinct values (numbers or text) are coded 0..K-1 in sorted order.
+    Returns (X, y), and with `with_ids` each kept row's identity (row_identities of the whole row)."""
     import pandas as pd
 
     path = Path(path)
@@ -112,17 +127,21 @@ def load_csv(path: str | Path, target: str, features: list[str] | None = None,
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
         raise ValueError(f"{path}: no feature column(s) {', '.join(unknown)}")
+    whole = frame
     frame = frame[columns + [target]].dropna()
+    ids = row_identities(whole.loc[frame.index]) if with_ids else None
     text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
     if text:
         raise ValueError(f"{path}: feature column(s) {', '.join(text)} are not numeric; encode them or "
                          f"list the numeric ones under data.features")
     if classification:
-        return _floats(frame[columns], np.unique(frame[target].to_numpy(), return_inverse=True)[1])
+        X, y = _floats(frame[columns], np.unique(frame[target].to_numpy(), return_inverse=True)[1])
+        return (X, y, ids) if with_ids else (X, y)
     if not pd.api.types.is_numeric_dtype(frame[target]):
         raise ValueError(f"{path}: target column {target!r} is not numeric (for class labels set "
                          f"data.task: classification)")
-    return _floats(frame[columns], frame[target])
+    X, y = _floats(frame[columns], frame[target])
+    return (X, y, ids) if with_ids else (X, y)
 
 
 def _floats(X, y) -> tuple[np.ndarray, np.ndarray]:

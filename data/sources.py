@@ -33,6 +33,9 @@ class Dataset:
     X_test: np.ndarray | None = None  # a separately drawn test set, when the source has one
     y_test: np.ndarray | None = None
     scale_response: bool = False  # divide y by mean |y_train| (paper 000's reference code does)
+    #: each row's identity where the source knows it better than the row's values do (a CSV's
+    #: whole row, whatever features a study picks); None: protocol.accounting.record_ids of (X, y)
+    record_ids: np.ndarray | None = None
 
 
 class DataSource(ABC):
@@ -174,9 +177,9 @@ class CSV(DataSource):
 
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
-        X, y = load_csv(params["path"], params["target"], params["features"] or None,
-                        classification=params["task"] == "classification")
-        return Dataset(X, y, params["task"], scale_response=params["scale_response"])
+        X, y, ids = load_csv(params["path"], params["target"], params["features"] or None,
+                             classification=params["task"] == "classification", with_ids=True)
+        return Dataset(X, y, params["task"], scale_response=params["scale_response"], record_ids=ids)
 
 
 class SKLearn(DataSource):

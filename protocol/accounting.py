@@ -202,15 +202,52 @@ def pld_composition(events: list[tuple[float, float]], delta: float) -> float:
     return float(min(total.get_epsilon_for_delta(delta), basic_composition(events)[0]))
 
 
+class RecordLedger:
+    """The record sets and releases of the accounts that share one data holder's records, indexed
+    by record: a site host's sites (sites.trials.TrialCache), over which a study may re-split one
+    file, moving a person from one site id to another between trials. A release composes with
+    every release of any account of the ledger that used one of its records (red team, issue
+    47: with a ledger per site id, 5 site ids re-split over 25 trials let one person's data into
+    9 epsilon-1 releases under budgets of 3). An account alone has a ledger of its own."""
+
+    def __init__(self) -> None:
+        self.sets: dict[str, np.ndarray] = {}  # digest -> sorted record identities
+        self.holding: dict[int, set[str]] = {}  # record identity -> the digests of the sets holding it
+        self.releases: dict[str, list[dict]] = {}  # digest -> the releases (not refusals) made from it
+
+    def add_set(self, digest: str, ids: np.ndarray) -> None:
+        if digest in self.sets:
+            return
+        self.sets[digest] = ids
+        for identity in ids.tolist():
+            self.holding.setdefault(identity, set()).add(digest)
+
+    def add_release(self, record: dict) -> None:
+        self.releases.setdefault(record["data"], []).append(record)
+
+    def overlapping(self, digest: str) -> list[str]:
+        """The digests of the sets sharing a record with `digest`'s (itself included)."""
+        ids = self.sets.get(digest)
+        if ids is None:  # a set of unknown identities (an account written before them): itself only
+            return [digest]
+        found: set[str] = set()
+        for identity in ids.tolist():
+            found |= self.holding.get(identity, set())
+        return sorted(found)
+
+
 @dataclass
 class SiteAccount:
     """One site's releases under one budget. `records` are the releases and refusals (plain
     data); `sets` the record sets they were made from ({digest: sorted identities}, kept in the
-    account as entries of kind "records", written before the first release that uses them)."""
+    account as entries of kind "records", written before the first release that uses them);
+    `ledger` the record ledger it shares with the accounts of the same data holder (its own when
+    None)."""
 
     budget: Budget
     records: list[dict] = field(default_factory=list)
     sets: dict[str, np.ndarray] = field(default_factory=dict)
+    ledger: RecordLedger | None = None
 
     def __post_init__(self) -> None:
         entries, self.records = self.records, []
@@ -219,15 +256,23 @@ class SiteAccount:
                 self.sets[entry["data"]] = np.frombuffer(entry["ids"], dtype=np.uint64)
             else:
                 self.records.append(entry)
+        if self.ledger is None:
+            self.ledger = RecordLedger()
+        for digest, ids in self.sets.items():
+            self.ledger.add_set(digest, ids)
+        for record in self.records:
+            if record["kind"] != "refused":
+                self.ledger.add_release(record)
         self._held: dict[str, np.ndarray] = {}  # sets held but not yet written
         self._unsaved: list[dict] = []
 
     def hold(self, ids) -> str:
-        """The digest of the record set `ids` a site now serves from (known to the account from
-        here on; written with the first release made from it)."""
+        """The digest of the record set `ids` a site now serves from (known to the ledger from
+        here on; written to the account with the first release made from it)."""
         digest, unique = record_set(ids)
         if digest not in self.sets:
             self._held[digest] = unique
+        self.ledger.add_set(digest, unique)
         return digest
 
     def take_unsaved(self) -> list[dict]:
@@ -235,24 +280,15 @@ class SiteAccount:
         entries, self._unsaved = self._unsaved, []
         return entries
 
-    def _ids(self, data: str) -> np.ndarray | None:
-        return self.sets.get(data, self._held.get(data))
-
-    def _overlaps(self, data: str | None, other: str) -> bool:
-        if data is None or other == data:
-            return other == data
-        mine, theirs = self._ids(data), self.sets.get(other)
-        return mine is not None and theirs is not None and bool(np.isin(mine, theirs, assume_unique=True).any())
-
     def _in_scope(self, trial: int, data: str | None = None) -> list[dict]:
-        """The records a new release from the record set `data` composes with: every one
-        (`dataset`), or those made from a set sharing any record with it (`records`); by trial
-        number only when no data is given (reports)."""
+        """The records a new release from the record set `data` composes with: every release of
+        this site (`dataset`), or every release of the ledger made from a set sharing any record
+        with it (`records`); this site's by trial number only when no data is given (reports)."""
         if not self.budget.per_record:
             return list(self.records)
         if data is None:
             return [r for r in self.records if r["trial"] == trial]
-        return [r for r in self.records if r["kind"] != "refused" and self._overlaps(data, r["data"])]
+        return [r for d in self.ledger.overlapping(data) for r in self.ledger.releases.get(d, ())]
 
     def dp_events(self, trial: int, data: str | None = None) -> list[tuple[float, float]]:
         """Every DP event in scope (a record of the set took part in at least one of them)."""
@@ -263,7 +299,8 @@ class SiteAccount:
         (records used by the same earlier releases share one): what a new release composes with,
         record by record. One list under `dataset`, or when the set's identities are unknown."""
         scope = [r for r in self._in_scope(trial, data) if r["kind"] == "dp"]
-        mine = self._ids(data) if data is not None else None
+        sets = self.ledger.sets
+        mine = sets.get(data) if data is not None else None
         if not self.budget.per_record or mine is None or not scope:
             return [[(r["epsilon"], r["delta"]) for r in scope]]
         by_set: dict[str, list[tuple[float, float]]] = {}
@@ -271,7 +308,7 @@ class SiteAccount:
             by_set.setdefault(r["data"], []).append((r["epsilon"], r["delta"]))
         digests = list(by_set)
         member = np.stack([np.ones(len(mine), dtype=bool) if d == data else
-                           np.isin(mine, self.sets[d], assume_unique=True) for d in digests], axis=1)
+                           np.isin(mine, sets[d], assume_unique=True) for d in digests], axis=1)
         return [[event for k in np.flatnonzero(pattern) for event in by_set[digests[k]]]
                 for pattern in np.unique(member, axis=0)]
 
@@ -305,7 +342,7 @@ class SiteAccount:
     def cached_release(self, trial: int, data: str, spend: Spend):
         """The body of an earlier K-anonymous release answering the same request on the same
         records within the scope, or None."""
-        for r in self._in_scope(trial, data):
+        for r in self.records:
             if r["kind"] == "kanon" and r["data"] == data and r["key"] == spend.key:
                 return r["body"]
         return None
@@ -342,6 +379,8 @@ class SiteAccount:
             self._unsaved.append({"kind": "records", "data": data, "ids": ids.tobytes()})
         self.records.append(entry)
         self._unsaved.append(entry)
+        if entry["kind"] != "refused":
+            self.ledger.add_release(entry)
 
     def record(self, trial: int, session: int, method: str, data: str, spend: Spend, body=None,
                reused: bool = False, noise: str = "os") -> None:

@@ -56,7 +56,9 @@ class SiteLocal:
         except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
             records, self.broken = [], str(exc)
         self.policy = SitePolicy.from_spec(policy)
-        self.account = SiteAccount(Budget.from_spec(budget), records)
+        # the accounts of the sites this process serves share one record ledger (sites.trials)
+        self.account = SiteAccount(Budget.from_spec(budget), records,
+                                   ledger=trials.ledger if trials is not None else None)
 
     def open_trial(self, trial: int, seed: int) -> int:
         """Score this site's calibration data for `trial` with the trial's model; return n_j."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from protocol.accounting import RecordLedger
 from sites.storage import model_slot, read_model, read_record_ids, read_rows, rows_path
 
 if TYPE_CHECKING:  # a site process imports the world (data, models) only when it builds one
@@ -37,6 +38,9 @@ class TrialCache:
         self._model = None
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._ids: dict[str, np.ndarray] = {}  # each site's record identities (protocol.accounting.record_ids)
+        #: the record ledger of every site this process serves: one data holder's records, which a
+        #: study may re-split over its site ids from trial to trial (protocol.accounting.RecordLedger)
+        self.ledger = RecordLedger()
         self._waiting: set[str] = set()  # sites that have not scored the open trial yet
         self._slot: ExitStack | None = None
 

@@ -299,3 +299,47 @@ def test_a_central_claim_on_an_unshuffled_bin_is_refused(tmp_path):
     with pytest.raises(RequestError, match="unshuffled"):
         local.answer(1, "fedcp2_qq", "respond", CODECS["exp_mech_bins"]().wrap_request(claimed))
     assert [r["kind"] for r in local.account.records] == ["refused"]
+
+
+def test_a_csv_record_is_the_whole_row_whatever_features_or_column_order_a_study_picks(tmp_path):
+    """Red team, issue 47: identities hashed from the study's feature columns changed with the
+    features a study listed, giving the same people a fresh budget in every study version."""
+    from data.real import load_csv
+
+    rng = np.random.default_rng(2)
+    table = {"age": rng.integers(20, 80, 40), "bmi": rng.normal(25, 4, 40).round(1),
+             "dose": rng.uniform(0, 1, 40).round(3), "t": rng.normal(size=40).round(4)}
+    header = list(table)
+    straight, shuffled = tmp_path / "a.csv", tmp_path / "b.csv"
+    straight.write_text(",".join(header) + "\n" + "\n".join(",".join(str(table[c][i]) for c in header)
+                                                           for i in range(40)) + "\n")
+    order = ["t", "dose", "age", "bmi"]
+    shuffled.write_text(",".join(order) + "\n" + "\n".join(",".join(str(table[c][i]) for c in order)
+                                                         for i in range(40)) + "\n")
+    ids = load_csv(straight, "t", ["age", "bmi", "dose"], with_ids=True)[2]
+    assert len(set(ids.tolist())) == 40
+    for path, target, features in ((straight, "t", ["dose", "age"]), (shuffled, "t", ["bmi"]),
+                                   (shuffled, "dose", ["age", "t"]), (straight, "t", [])):
+        assert np.array_equal(load_csv(path, target, features, with_ids=True)[2], ids)
+
+
+def test_a_person_moved_to_another_site_id_of_the_same_host_keeps_one_budget(tmp_path):
+    """Red team, issue 47: a study re-splitting one file over a host's site ids moved a person
+    from site-000 to site-001 between trials, and each site id's own account let them spend 3
+    again. The sites one process serves share one record ledger (sites.trials.TrialCache)."""
+    from sites.trials import TrialCache
+
+    cache = TrialCache(tmp_path, ["site-000", "site-001"])
+    first, second = (SiteLocal(site, tmp_path, budget={"epsilon": 3.0, "composition": "basic"}, trials=cache)
+                     for site in ("site-000", "site-001"))
+    first.hold(0, 0, np.linspace(0, 1, 4), records=np.array([1, 2, 3, 4], dtype=np.uint64))
+    ask(first, 1, 2.0)
+    second.hold(1, 0, np.linspace(0, 1, 4), records=np.array([4, 5, 6, 7], dtype=np.uint64))  # person 4 moved
+    with pytest.raises(RequestError, match="spent so far: 2"):
+        ask(second, 1001, 1.5)
+    ask(second, 1002, 1.0)  # 2 + 1 = 3 for person 4: fits
+    restarted = SiteLocal("site-001", tmp_path, budget={"epsilon": 3.0, "composition": "basic"},
+                          trials=TrialCache(tmp_path, ["site-001"]))  # alone in a new process: its own sets
+    restarted.hold(2, 0, np.linspace(0, 1, 2), records=np.array([5, 6], dtype=np.uint64))
+    with pytest.raises(RequestError, match="privacy budget"):
+        ask(restarted, 2001, 2.5)

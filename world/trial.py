@@ -129,7 +129,8 @@ def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
         X_test, y_test = dataset.X_test, dataset.y_test
     else:
         X_test, y_test = dataset.X[test], dataset.y[test]
-    cal_ids = record_ids(dataset.X[cal], dataset.y[cal])  # who the rows are, before any transform
+    # who the rows are, before any transform (a source that knows better says so: a CSV's whole row)
+    cal_ids = record_ids(dataset.X[cal], dataset.y[cal]) if dataset.record_ids is None else dataset.record_ids[cal]
     X_train, X_cal, X_test = standardize(dataset.X[train], dataset.X[cal], X_test)
     y_train, y_cal = dataset.y[train], dataset.y[cal]
     if dataset.scale_response:  # paper 000's reference code: y / mean |y_train|
