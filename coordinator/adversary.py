@@ -27,6 +27,10 @@ defences of a protocol can be tested (ours, or a plugin's). Each rule of the sce
   messages answer different requests; in a secure sum the target's neighbours and the target
   refuse to mask, and the session aborts with the reason.
 
+- `sybil`: a shuffled session's batch also expects `count` senders of the coordinator's own
+  making, which dial the shuffler under fresh CURVE keys and send sealed messages carrying the
+  honest sites' claim, so that the batch would count them towards the amplification the sites
+  booked (Sybil contributors);
 - `repeat`: after the session, the same sites are asked the same question again in `times`
   fresh sessions of the same trial (averaging fresh noise away: a budget reset by new sessions);
 - `replay_request`: the session's request is sent again `times` times within the same session
@@ -48,11 +52,14 @@ import numpy as np
 from stats.randomness import site_rng
 
 ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
-           "batch_of_one", "repeat", "replay_request", "equivocate")
+           "batch_of_one", "repeat", "replay_request", "sybil", "equivocate")
 
 #: the most asks of `repeat` and `replay_request` (its fresh sessions take trial-local ids from
 #: REPEAT_FIRST up, above any method's own session index)
 REPEAT_MAX, REPEAT_FIRST = 400, 500
+
+#: sybil: the forged senders' names (site-like, so that the wire takes them)
+SYBIL_PREFIX = "sybil-"
 
 #: the scenario's `attacks:` entries (scenarios.scenario validates them)
 ATTACK_FIELDS = {
@@ -62,7 +69,8 @@ ATTACK_FIELDS = {
     "ask": {"type": "str", "default": "centralized"},  # forbidden_method, switch_method
     "bins": {"type": "int", "min": 2, "max": 1 << 20, "default": 40_000},  # fabricated_table
     "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim
-    "times": {"type": "int", "min": 1, "max": REPEAT_MAX, "default": 10},  # repeat, replay_request; equivocate (bins times this)
+    "times": {"type": "int", "min": 1, "max": REPEAT_MAX, "default": 10},  # repeat, replay_request
+    "count": {"type": "int", "min": 1, "max": 100, "default": 5},  # sybil: forged senders; equivocate (bins times this)
     "target": {"type": "str", "default": ""},  # equivocate: the site asked another question ("": the first)
 }
 
@@ -76,7 +84,7 @@ def attack_problem(attack: dict, method) -> str | None:
         return "a K-anonymous table method (mwu_table, kanon_quantiles)"
     if kind == "inflate_claim" and method.codec not in ("shuffle", "secagg_ddg"):
         return "a shuffled or securely summed method (its requests carry a central claim)"
-    if kind == "batch_of_one" and method.codec != "shuffle":
+    if kind in ("batch_of_one", "sybil") and method.codec != "shuffle":
         return "a shuffled method"
     if kind in ("repeat", "replay_request") and (method.codec != "exp_mech_bins" or len(method.phase_table().steps) != 1):
         return "a one-phase method whose sites answer an exponential-mechanism bin (codec exp_mech_bins)"
@@ -115,6 +123,8 @@ class Adversary:
         self.truth: dict[str, np.ndarray] = {}
         self.records: list[AttackRecord] = []
         self.asked_otherwise = ""  # equivocate: what the target was asked, for the finding
+        self.forged_tried: list[str] = []  # sybil: the senders the coordinator forged in this session
+        self.forged_taken: set[str] = set()  # ... and those whose sealed message the shuffler took
 
     def rule_for(self, trial: int, label: str) -> dict | None:
         for rule in self.rules:
@@ -168,6 +178,10 @@ class Adversary:
         elif kind in ("inflate_claim", "batch_of_one"):
             record.finding = ("the claim was held: " + _short(next(iter(refused.values())))) if refused else (
                 f"{len(answers)} answers released on the coordinator's word (trusted: docs/privacy.md)")
+        elif kind == "sybil":
+            record.finding = (f"{len(self.forged_tried)} forged senders (keys of the coordinator's making) dialled the "
+                              f"shuffler; {len(self.forged_taken)} of their sealed messages were taken into the batch, "
+                              f"which held {len(answers)} messages")
         elif kind in ("repeat", "replay_request"):
             where = "fresh sessions" if kind == "repeat" else "the same session"
             record.finding = (f"asked the same question {record.asked} times in all ({where} after the first): "

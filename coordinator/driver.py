@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
+import zmq
 
 from coordinator.events import EventLog
 from protocol.codecs import PayloadError
@@ -31,14 +32,16 @@ from protocol.phases import PhaseCollector, SequenceGuard, phase_spec
 from protocol.sessions import SESSIONS_PER_TRIAL, join_session, method_session
 from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
 from stats.randomness import site_rng
-from transport.channel import COORDINATOR_ID, RouterChannel, Incoming
+from transport.channel import COORDINATOR_ID, DealerChannel, RouterChannel, Incoming
 from transport.emulation import Held, LinkEmulator
 from transport.faults import FaultInjector, kill_self
 from transport.ledger import Ledger, handshake_bytes, message_wire_bytes
 from transport.outbox import Outbox
+from transport.security import ClientKeys
 
 
 BATCH_GRACE = 5.0  # seconds the coordinator waits for the shuffler's batch beyond the phase deadline
+FORGED_WAIT_S = 1.0  # the sybil attack: how long its forged senders keep their connections to the shuffler
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Coordinator:
                              link=self._downlink if self.links is not None else None)
         self.members: dict[str, int] = {}  # site id -> pid it reported
         self.shuffler_pid: int | None = None  # set when the shuffler process said hello
+        #: where the sites dial the shuffler and its public key (None: plain), for the sybil attack
+        self.shuffler_dial: tuple[str, bytes | None] | None = None
         self._batch: Envelope | None = None
         self.guard = SequenceGuard()
         self.seed = 0
@@ -205,8 +210,10 @@ class Coordinator:
                                                            session.rounds - 1))
             sends = {site: ("request", message) for site, message in step.messages.items()}
             if step.route == "shuffler":
+                forge = self._sybils(session_id, step, method, rule) if (
+                    rule is not None and rule["attack"] == "sybil") else None
                 answers, dropped, rows = self._shuffled_phase(session_id, step.phase, sends, self.deadlines.respond,
-                                                        trial=trial, minimum=step.minimum)
+                                                        trial=trial, minimum=step.minimum, forge=forge)
             else:
                 answers, dropped, rows = self._phase(session_id, step.phase, sends, self.deadlines.respond,
                                                      trial=trial)
@@ -245,6 +252,36 @@ class Coordinator:
                 except (KAnonymityError, ValueError, TypeError, AttributeError):
                     continue
                 self.adversary.observe_table(record, release, site)
+
+    def _sybils(self, session: int, step, method: Method, rule: dict):
+        """sybil: (the names of `rule["count"]` forged senders, and what sends their sealed
+        messages): each dials the shuffler under a CURVE key pair of the coordinator's own making
+        and sends a bin sealed to this session's key with the honest sites' own claim (their
+        request digest, key digest and planned messages), so that the batch would count it."""
+        from coordinator.adversary import SYBIL_PREFIX
+
+        names = [f"{SYBIL_PREFIX}{i:03d}" for i in range(rule["count"])]
+        self.adversary.forged_tried, self.adversary.forged_taken = names, set()
+        body = next(iter(step.messages.values()))["body"]
+
+        def send() -> None:
+            if self.shuffler_dial is None:
+                return
+            endpoint, shuffler_key = self.shuffler_dial
+            encoder, _ = method.codec_class().for_site(body)
+            claim = method.sealing_claim(step.phase, body)
+            channels = []
+            for name in names:
+                keys = None if shuffler_key is None else ClientKeys(shuffler_key, *zmq.curve_keypair())
+                channel = DealerChannel(endpoint, name, keys=keys, context=zmq.Context.instance())
+                channel.send("sealed", session, {"phase": step.phase, "ciphertext": encoder.encode(0), "claim": claim})
+                channels.append(channel)
+            time.sleep(FORGED_WAIT_S)  # time for a handshake the shuffler would accept, and the message
+            for channel in channels:
+                channel.socket.setsockopt(zmq.LINGER, 0)
+                channel.close()
+
+        return names, send
 
     def _ask_again(self, trial, session, phase, sends, rule, record) -> None:
         """repeat / replay_request: send the sites the phase's request again, `rule["times"]`
@@ -351,20 +388,24 @@ class Coordinator:
         return None
 
     def _shuffled_phase(self, session: int, phase: str, sends: dict[str, tuple[str, dict]], timeout: float,
-                        trial=None, minimum: int = 0):
+                        trial=None, minimum: int = 0, forge=None):
         """A phase whose answers go through the shuffler: open a batch there and wait until the
         shuffler says it holds it (`batch_ready`), then send the requests, take `error`s from
         sites directly and the permuted batch from the shuffler. Asking only after the shuffler
         is ready means no sealed answer can reach it before its batch, whatever the load.
         Answers come back under anonymous labels (their place in the batch); sites are dropouts
         when they refused, or when the shuffler forwarded nothing from them (with its reason,
-        e.g. a batch withheld because fewer than `minimum` messages arrived)."""
+        e.g. a batch withheld because fewer than `minimum` messages arrived). `forge()` (the sybil
+        attack): the names of senders the coordinator forges, whose messages the batch also expects;
+        called once the batch is open, it sends their sealed messages."""
         self._batch = None
+        forged, send_forged = forge if forge is not None else ([], None)
         dropped = {}
         if self.shuffler_pid is None:
             dropped = {site: "no shuffler is connected to this run" for site in sends}
         else:
-            open_payload = {"phase": phase, "expected": sorted(sends), "deadline": timeout, "minimum": int(minimum)}
+            open_payload = {"phase": phase, "expected": sorted([*sends, *forged]), "deadline": timeout,
+                            "minimum": int(minimum)}
             self.outbox.send(self.channel.pack("batch_open", session, open_payload), "batch_open", peer=SHUFFLER_ID,
                              trial=trial, phase=phase, session=session)
             self._log_faults()
@@ -380,10 +421,15 @@ class Coordinator:
             self.outbox.send(self.channel.pack("batch_lost", session, {"phase": phase, "sites": sites}), "batch_lost",
                              peer=SHUFFLER_ID, trial=trial, phase=phase, session=session)
 
+        if send_forged is not None:  # the sybil attack: its senders have sent; the batch need not wait for more
+            send_forged()
+            tell_shuffler({name: "a forged sender gave up" for name in forged})
         answers, dropped, rows = self._phase(session, phase, sends, timeout + BATCH_GRACE, trial=trial,
                                        until=lambda: self._batch is not None, log_missing=False,
                                        on_lost=tell_shuffler)
         batch, self._batch = self._batch, None
+        if forged and batch is not None:
+            self.adversary.forged_taken = set(forged) & set(batch.payload["senders"])
         for site in answers:  # a site that sent its answer past the shuffler
             dropped[site] = "answered the coordinator directly in a shuffled phase"
         if batch is not None:

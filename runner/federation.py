@@ -105,6 +105,7 @@ class ProcessFederation:
         self.service = replace(self.service, coordinator=self.channel.endpoint)
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
         self._site_publics: dict | None = None  # the public keys our hosts made and sent (_admit)
+        self._shuffler_public: bytes | None = None  # the key the shuffler made (_register; None: plain)
         self._hello_timeout = runtime.deadlines.hello
         self._logs, self._work = rundir.logs, rundir.work
         self._log_dir = None if external_sites else rundir.logs  # where the sites we start log
@@ -163,6 +164,8 @@ class ProcessFederation:
                                         links=self.links)
         endpoint = self.shuffler.start(self._register)
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
+        if self.adversary is not None:  # the sybil attack dials the shuffler as the sites do
+            self.coordinator.shuffler_dial = (endpoint, self._shuffler_public)
         return endpoint
 
     def _register(self, shuffler_public: bytes) -> Path:
@@ -171,6 +174,7 @@ class ProcessFederation:
         party registry (the coordinator's, the shuffler's and the sites' public keys) that the
         shuffler takes its allow-list from and the sites the shuffler's key."""
         self.channel.allow(shuffler_public, SHUFFLER_ID)
+        self._shuffler_public = shuffler_public
         path = write_registry(self.service.registry, coordinator=load_public_key(self._key_dir, COORDINATOR_KEY),
                               shuffler=shuffler_public, sites=self._site_publics or {})
         self.events.write("registry", path=str(path), parties=2 + len(self._site_publics or {}),

@@ -38,7 +38,7 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path)
     rows = attacks_of(tmp_path)
     assert [a["attack"] for a in summary["attacks"]] == ["replay_noise", "forbidden_method", "switch_method",
-                                                           "inflate_claim", "batch_of_one", "equivocate"]
+                                                           "inflate_claim", "batch_of_one", "equivocate", "sybil"]
     forbidden = rows["forbidden_method"]
     assert forbidden["answered"] == "0" and forbidden["refused"] == "10" and "no formal privacy" in forbidden["reasons"]
     assert "0 values released" in forbidden["finding"]
@@ -52,6 +52,10 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     assert equivocated["finding"].startswith("site-000 was asked for 200 bins where every other site was asked for 20; "
                                              "the batch was withheld: the 10 sealed messages answer 2 different "
                                              "requests: 1 from site-000 (request ")
+    sybil = rows["sybil"]  # five senders of the coordinator's making dial the shuffler: none is counted
+    assert sybil["answered"] == "10" and sybil["finding"] == (
+        "5 forged senders (keys of the coordinator's making) dialled the shuffler; 0 of their sealed messages "
+        "were taken into the batch, which held 10 messages")
     results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
     assert results["raw_asked"]["status"] == "aborted" and results["inflated"]["status"] == "aborted"
     assert results["equivocated"]["status"] == "aborted"
@@ -59,7 +63,19 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     privacy = [r for r in csv.DictReader(open(tmp_path / "privacy.csv")) if r["method"] == "raw_asked"]
     assert len(privacy) == 10 and all(r["refused"] == "1" and r["releases"] == "0" for r in privacy)
     events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
-    assert sum(e["event"] == "attack" for e in events) == 6
+    assert sum(e["event"] == "attack" for e in events) == 7
+
+
+def test_sybil_senders_pad_a_shuffle_only_where_there_is_no_registry_to_hold_them(tmp_path):
+    """The same sybil attack without CURVE (runtime.security: plain, for debugging only): nothing
+    checks who dials the shuffler, and the five forged messages are counted as contributors. So
+    the registry's allow-list is what holds the line in the test above."""
+    spec = load_scenario(PRIVATE_BINS, ["trials=1", "runtime.security=plain"]).to_dict()
+    spec["methods"] = [m for m in spec["methods"] if m["label"] == "padded"]
+    spec["attacks"] = [a for a in spec["attacks"] if a["method"] == "padded"]
+    run_study(validate_scenario(spec), tmp_path)
+    sybil = attacks_of(tmp_path)["sybil"]
+    assert sybil["answered"] == "15" and "5 of their sealed messages were taken" in sybil["finding"]
 
 
 def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_default_budget(tmp_path):
