@@ -134,7 +134,7 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
     began = time.monotonic()
     with pytest.raises(RequestError, match=f"central.messages': expected an integer >= 1 and <= {MAX_CLAIMED}"):
         bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
-                   "central": {"epsilon": 0.1, "delta": 1e-6, "messages": 2**62}})
+                   "central": {"epsilon": 0.1, "delta": 1e-6, "messages": 2**62}}, amplified=True)
     public = {"c": 10, "sigma2": 2.0, "bins": {"lo": 0.0, "hi": 1.0, "count": 4}, "histogram": "flat",
               "central": {"epsilon": 0.1, "delta": 1e-5, "inputs": 2**62, "accounting": "exact"}}
     with pytest.raises(RequestError, match=f"central.inputs': expected an integer >= 1 and <= {MAX_CLAIMED}"):
@@ -143,7 +143,7 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
     # at the cap, the check runs in bounded time (about 2 s here) and memory
     began = time.monotonic()
     bin_spend({"level": 0.5, "epsilon": 2.0, "bins": BINS,
-               "central": {"epsilon": 2.0, "delta": 1e-6, "messages": MAX_CLAIMED}})
+               "central": {"epsilon": 2.0, "delta": 1e-6, "messages": MAX_CLAIMED}}, amplified=True)
     assert time.monotonic() - began < 30
 
 
