@@ -50,15 +50,17 @@ def csv_columns(path: str | Path) -> list[str]:
     return [str(c) for c in pd.read_csv(path, nrows=0).columns]
 
 
-def load_real(name: str, directory: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(X, y) of one of DATASETS, as float64 (read once per process and directory; copies)."""
+def load_real(name: str, directory: str | Path | None = None, with_ids: bool = False):
+    """(X, y) of one of DATASETS, as float64 (read once per process and directory; copies), and with
+    `with_ids` each row's identity: the file row it came from (file_row_ids), whatever this
+    loader derives from it, so that the `csv` source naming the same file names the same people."""
     directory = Path(directory) if directory else default_directory()
-    X, y = _load_real(name, directory.resolve())
-    return X.copy(), y.copy()
+    X, y, ids = _load_real(name, directory.resolve())
+    return (X.copy(), y.copy(), ids.copy()) if with_ids else (X.copy(), y.copy())
 
 
 @functools.lru_cache(maxsize=8)
-def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray]:
+def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import pandas as pd
 
     missing = missing_files(name, directory)
@@ -67,10 +69,10 @@ def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray]:
                              f"(set data.dir or $QUORUM_DATASETS)")
     if name == "bio":
         frame = pd.read_csv(directory / "CASP.csv")
-        return _floats(frame[[f"F{i}" for i in range(1, 10)]], frame["RMSD"])
+        return _with_ids(frame, directory / "CASP.csv", frame[[f"F{i}" for i in range(1, 10)]], frame["RMSD"])
     if name == "concrete":
         frame = pd.read_csv(directory / "Concrete_Data.csv")
-        return _floats(frame.iloc[:, :8], frame.iloc[:, -1])
+        return _with_ids(frame, directory / "Concrete_Data.csv", frame.iloc[:, :8], frame.iloc[:, -1])
     if name == "bike":
         frame = pd.read_csv(directory / "bike_train.csv")
         frame = pd.concat([frame, pd.get_dummies(frame["season"], prefix="season"),
@@ -79,21 +81,39 @@ def _load_real(name: str, directory: Path) -> tuple[np.ndarray, np.ndarray]:
         frame["hour"], frame["day"], frame["month"] = stamps.hour, stamps.day_of_week, stamps.month
         frame["year"] = stamps.year.map({2011: 0, 2012: 1})
         frame = frame.drop(columns=["season", "weather", "datetime", "casual", "registered"])
-        return _floats(frame.drop(columns=["count"]), frame["count"])
+        return _with_ids(frame, directory / "bike_train.csv", frame.drop(columns=["count"]), frame["count"])
     if name == "community":
         names = pd.read_csv(directory / "communities_attributes.csv", sep=r"\s+")["attributes"]
         frame = pd.read_csv(directory / "communities.data", names=list(names), na_values="?")
         frame = frame.drop(columns=["state", "county", "community", "communityname", "fold"])
         frame["OtherPerCap"] = frame["OtherPerCap"].fillna(frame["OtherPerCap"].mean())
         frame = frame.dropna(axis=1)
-        return _floats(frame.iloc[:, :100], frame.iloc[:, 100])
+        return _with_ids(frame, directory / "communities.data", frame.iloc[:, :100], frame.iloc[:, 100],
+                         names=list(names))
     frame = pd.read_csv(directory / "STAR.csv")  # star
     frame = frame.drop(columns=[frame.columns[0]])  # the row id
     for column in STAR_CATEGORICAL:
         frame[column] = frame[column].astype("category").cat.codes.where(frame[column].notna())
     frame = frame.dropna()
     target = frame[STAR_SCORES].sum(axis=1)
-    return _floats(frame.drop(columns=STAR_SCORES), target)
+    return _with_ids(frame, directory / "STAR.csv", frame.drop(columns=STAR_SCORES), target)
+
+
+def _with_ids(frame, path: Path, X, y, names=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, y) as float64 and the identity of the file row behind each of `frame`'s rows (its
+    index: the row's position in the file, which pandas keeps through drops and derivations)."""
+    X, y = _floats(X, y)
+    return X, y, file_row_ids(path, names=names)[frame.index.to_numpy()]
+
+
+def file_row_ids(path: str | Path, names=None) -> np.ndarray:
+    """The identity of every row of a CSV file (row_identities of its text, read as text: no
+    parsing, missing-value rule or derivation of any loader changes it); `names`: the header of a
+    file that has none."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False, header=None if names else "infer", names=names)
+    return row_identities(frame)
 
 
 def row_identities(frame) -> np.ndarray:
@@ -115,7 +135,8 @@ def load_csv(path: str | Path, target: str, features: list[str] | None = None,
     """A CSV with a header: `target` is y, `features` (default: every other column) X. Rows with
     missing values are dropped; non-numeric feature columns are an error that names them. For
     classification the target's distinct values (numbers or text) are coded 0..K-1 in sorted order.
-    Returns (X, y), and with `with_ids` each kept row's identity (row_identities of the whole row)."""
+    Returns (X, y), and with `with_ids` each kept row's identity (file_row_ids: the whole row as
+    written, whatever features, target or column order a study picks)."""
     import pandas as pd
 
     path = Path(path)
@@ -127,9 +148,8 @@ def load_csv(path: str | Path, target: str, features: list[str] | None = None,
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
         raise ValueError(f"{path}: no feature column(s) {', '.join(unknown)}")
-    whole = frame
     frame = frame[columns + [target]].dropna()
-    ids = row_identities(whole.loc[frame.index]) if with_ids else None
+    ids = file_row_ids(path)[frame.index.to_numpy()] if with_ids else None
     text = [c for c in columns if not pd.api.types.is_numeric_dtype(frame[c])]
     if text:
         raise ValueError(f"{path}: feature column(s) {', '.join(text)} are not numeric; encode them or "

@@ -141,8 +141,8 @@ class Real(DataSource):
 
     @staticmethod
     def load(params: dict, rng: np.random.Generator) -> Dataset:
-        X, y = load_real(params["name"], params["dir"] or None)
-        return Dataset(X, y, scale_response=params["scale_response"])
+        X, y, ids = load_real(params["name"], params["dir"] or None, with_ids=True)
+        return Dataset(X, y, scale_response=params["scale_response"], record_ids=ids)
 
 
 class CSV(DataSource):

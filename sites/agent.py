@@ -168,6 +168,9 @@ class SiteAgent:
                 return
             reply("join", {"n": n, "device": device_name(self.local.device)})
             return
+        if self.to_shuffler is None and self.local.route(method) == "shuffler":  # before anything is booked
+            reply("error", refusal(phase, "this site was given no shuffler endpoint"))
+            return
         try:
             body = self.local.answer(session, method, phase, payload["body"])
         except RequestError as exc:
@@ -180,8 +183,6 @@ class SiteAgent:
             return
         if self.local.route(method) != "shuffler":
             reply("response", {"phase": phase, "body": body})
-        elif self.to_shuffler is None:
-            reply("error", refusal(phase, "this site was given no shuffler endpoint"))
         else:
             shuffle_channel, shuffle_outbox = self.to_shuffler
             claim = self.local.sealing_claim(method, phase, payload["body"])

@@ -343,3 +343,21 @@ def test_a_person_moved_to_another_site_id_of_the_same_host_keeps_one_budget(tmp
     restarted.hold(2, 0, np.linspace(0, 1, 2), records=np.array([5, 6], dtype=np.uint64))
     with pytest.raises(RequestError, match="privacy budget"):
         ask(restarted, 2001, 2.5)
+
+
+def test_the_real_and_csv_sources_name_the_same_people_by_the_same_identities():
+    """Red team round 2, issue 47: a study naming one file as `real` (name: concrete) and then as
+    `csv` (its path) got a fresh budget for the same people, each source hashing rows its own way.
+    Both now identify a row by the file row it came from, read as text."""
+    from data.real import default_directory, load_csv, load_real, missing_files
+
+    directory = default_directory()
+    if missing_files("concrete", directory):
+        pytest.skip(f"no Concrete_Data.csv in {directory}")
+    path = directory / "Concrete_Data.csv"
+    real = load_real("concrete", with_ids=True)[2]
+    from data.real import csv_columns
+
+    header = csv_columns(path)
+    for target, features in ((header[-1], []), (header[0], header[3:5])):
+        assert np.array_equal(load_csv(path, target, features, with_ids=True)[2], real)
