@@ -97,11 +97,18 @@ def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_defa
 def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path):
     """Issue 47: site-003 is asked for ten times the bins in two secure sums (one-hot bins, DDG
     histograms); it and its neighbours find each other's request digests in the share ciphertexts
-    and refuse to mask, and the session aborts naming it. The same sum asked honestly unmasks."""
+    and refuse to mask, and the session aborts naming it. The same sum asked honestly unmasks.
+    Issue 48: a claim of 100 times the inputs is refused by every site, under a full graph and a
+    sparse one (the claim is more than the sites the session's parameters say it asked)."""
     run_study(load_scenario(SECURE_SUM).to_dict(), tmp_path)
     rows = list(csv.DictReader(open(tmp_path / "attacks.csv")))
     assert [(r["method"], r["attack"]) for r in rows] == [("equivocated_sum", "equivocate"),
-                                                        ("equivocated_ddg", "equivocate")]
+                                                        ("equivocated_ddg", "equivocate"),
+                                                        ("inflated_full", "inflate_claim"),
+                                                        ("inflated_sparse", "inflate_claim")]
+    for row in rows[2:]:
+        assert (row["answered"], row["refused"]) == ("0", "8")
+        assert "claimed for 800 inputs, more than the 8 sites the session asked" in row["finding"]
     for row, bins in zip(rows, (20, 32)):
         refused = int(row["refused"])
         assert 4 <= refused <= 8 and "asked different questions: the shares from site-" in row["reasons"]

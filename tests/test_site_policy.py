@@ -325,27 +325,32 @@ def test_declared_bounds_equal_to_data_values_are_released():
 # -- claims checked where the protocol lets them be -----------------------------------------------
 
 
+class FakeSecAggClient:  # the SecAgg client after `share`: its parameters and peers
+    def __init__(self, peers, sites):
+        from protocol.secagg.protocol import SecAggParams
+
+        self.peers = {f"site-{i}": {} for i in range(peers)}
+        self.params = SecAggParams(8, 4, peers, peers // 2 + 1, sites)
+
+    def answer(self, phase, body):
+        return {"b": {}, "s": {}}
+
+
 def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
     """The coordinator claims (and the site books) a sum over 5 noisy inputs, then names only 3
-    survivors in the unmask request: a site whose neighbourhood covers the claim (full graph)
-    refuses; a claim beyond its neighbourhood (sparse graph) cannot be seen and is not refused here."""
+    survivors in the unmask request: under a full graph (the parameters say 5 sites, degree 4)
+    the site sees every survivor and refuses; under a sparse graph (100 sites) the global count
+    is beyond its sight and is not refused here (its policy decides: the next test)."""
     from protocol.accounting import Spend
     from protocol.methods.secure_sum import SecureSumSite
 
-    class Client:  # the SecAgg client after `share`: its peers are its neighbourhood
-        def __init__(self, peers):
-            self.peers = {f"site-{i}": {} for i in range(peers)}
-
-        def answer(self, phase, body):
-            return {"b": {}, "s": {}}
-
     half = SecureSumSite("site-x", lambda public, params: None)
-    half.claimed, half.client = 5, Client(4)
+    half.claimed, half.client = 5, FakeSecAggClient(4, 5)
     with pytest.raises(RequestError, match="only 3 survivors named .* booked for 5 inputs"):
         half.answer("unmask", {"survivors": ["a", "b", "c"], "dropped": []})
     assert half.answer("unmask", {"survivors": list("abcde"), "dropped": []})[0] == "unmask"
     sparse = SecureSumSite("site-y", lambda public, params: None)
-    sparse.claimed, sparse.client = 50, Client(4)
+    sparse.claimed, sparse.client = 50, FakeSecAggClient(4, 100)
     assert sparse.answer("unmask", {"survivors": list("abc"), "dropped": []})[0] == "unmask"
     checked = SecureSumSite("site-z", lambda public, params: None, check=lambda public: Spend("dp", 1.0, 1e-6,
                                                                                              contributors=7))
@@ -372,25 +377,19 @@ def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tm
 
 
 def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says(tmp_path):
-    """A secure sum claimed for 50 inputs where the site sees 5 (itself and 4 neighbours): the
-    global count is the coordinator's word. `unseen_claims: trust` (default) answers;
-    `refuse` refuses before unmasking, naming the claim."""
+    """A secure sum over a sparse graph (100 sites, degree 4) claimed for 50 inputs where the site
+    sees 5 survivors (itself and 4 neighbours): the global count is the coordinator's word.
+    `unseen_claims: trust` (default) answers; `refuse` refuses before unmasking, naming the claim."""
     from protocol.methods.secure_sum import SecureSumSite
-
-    class Client:
-        peers = {f"site-{i}": {} for i in range(4)}
-
-        def answer(self, phase, body):
-            return {"b": {}, "s": {}}
 
     for policy, refused in (("trust", False), ("refuse", True)):
         local = site(tmp_path / policy, policy={"unseen_claims": policy})
         half = SecureSumSite("site-000", lambda public, params: None)
-        half.claimed, half.client = 50, Client()
+        half.claimed, half.client = 50, FakeSecAggClient(4, 100)
         local._owners[7], local._halves[7] = "ddg_quantile", ("ddg_quantile", half)
         body = {"survivors": [f"s{i}" for i in range(5)], "dropped": []}
         if refused:
-            with pytest.raises(RequestError, match="claimed for 50 inputs, more than the 5 sites"):
+            with pytest.raises(RequestError, match="claimed for 50 inputs, more than the 5 survivors this site can see"):
                 local.answer(7, "ddg_quantile", "unmask", body)
             assert "unseen_claims: refuse" in local.account.records[-1]["reason"]
         else:

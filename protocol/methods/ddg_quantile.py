@@ -123,7 +123,7 @@ class DDGQuantile(Method):
                     f"raise modulus_bits or lower epsilon")
         degree, threshold = self.graph_shape(m)
         try:
-            params = SecAggParams(bits, self.length(), degree, threshold)
+            params = SecAggParams(bits, self.length(), degree, threshold, m)
         except ValueError as exc:
             return f"secure aggregation parameters: {exc}"
         # the guarantee each site may count: as asked, for the planned inputs, which the unmask

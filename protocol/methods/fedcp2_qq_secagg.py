@@ -57,7 +57,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
             return Decided(planned)
         bins = self._bins()
         try:
-            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, *graph_shape(self.secagg, m))
+            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, *graph_shape(self.secagg, m), m)
         except ValueError as exc:
             return Decided(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))

@@ -129,11 +129,13 @@ class SecureSumSite(SiteHalf):
     """make_vector(public method parameters, secagg params) -> this site's input on Z_M.
 
     `check(public)` is the method's own check of the parameters; the Spend it returns names how
-    many noisy inputs the sum was planned (and booked) for. Where the site can see them it holds
-    the coordinator to that claim (issue 35): when the claim fits in its neighbourhood (itself
-    and its peers; the whole session under a full graph), it refuses to unmask a sum that the
-    coordinator says holds fewer survivors. A claim larger than its neighbourhood (a sparse
-    graph's global count) cannot be seen by any site and stays trusted (docs/privacy.md)."""
+    many noisy inputs the sum was planned (and booked) for. The site holds the coordinator to
+    that claim wherever it can see (issues 35, 48): a claim of more inputs than the m sites the
+    session's parameters say it asked is refused at once; under a full graph (every site its
+    neighbour: degree >= m - 1, the same parameters for every site, in the request digest) it
+    refuses to unmask a sum of fewer survivors than the claim, always; under a sparse graph a
+    claim its own neighbourhood's survivors cover is verified, and one they do not cover is the
+    coordinator's word (the global count), which its policy trusts or refuses (`unseen_claims`)."""
 
     def __init__(self, site_id: str, make_vector: Callable[[Mapping[str, Any], SecAggParams], np.ndarray],
                  check: Callable[[Mapping[str, Any]], Any] = lambda public: None,
@@ -164,25 +166,37 @@ class SecureSumSite(SiteHalf):
             value = self.client.answer(phase, body)
         except SecAggRefusal as exc:
             raise RequestError(str(exc)) from None
+        params = getattr(self.client, "params", None)
+        sites = params.sites if params is not None else 0
+        if phase == "advertise" and sites and self.claimed > sites:
+            raise RequestError(f"the sum's noise is claimed for {self.claimed} inputs, more than the {sites} sites "
+                               f"the session asked: refusing to take part (the release would be weaker than "
+                               f"this site would count)")
         if phase == "mask":
             return ANSWER_KIND[phase], (self.client.params.modulus_bits, value)
         return ANSWER_KIND[phase], value
 
-    def _neighbourhood(self) -> int:
-        """The sites this one can see: itself and the peers the share phase gave it."""
-        return len(getattr(self.client, "peers", None) or {}) + 1
+    def _seen_survivors(self, body) -> int | None:
+        """How many survivors the unmask request names (in this site's neighbourhood: the whole
+        session under a full graph), or None when it names none."""
+        survivors = body.get("survivors") if isinstance(body, dict) else None
+        return len({s for s in survivors if isinstance(s, str)}) if isinstance(survivors, list) else None
+
+    def _full_graph(self) -> bool:
+        params = getattr(self.client, "params", None)
+        return params is not None and params.full
 
     def unseen_claim(self, phase, body):
-        neighbourhood = self._neighbourhood()
-        if phase == "unmask" and self.claimed > neighbourhood:
-            return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {neighbourhood} sites this "
-                    f"site can see (itself and its neighbours): the global count is the coordinator's word")
+        seen = self._seen_survivors(body) if phase == "unmask" else None
+        if seen is not None and self.claimed > seen and not self._full_graph():
+            return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {seen} survivors this "
+                    f"site can see (itself and its neighbours, under a sparse graph): the global count is the "
+                    f"coordinator's word")
         return None
 
     def _hold_to_claim(self, body) -> None:
-        survivors = body.get("survivors") if isinstance(body, dict) else None
-        if self.claimed and isinstance(survivors, list) and self.claimed <= self._neighbourhood() \
-                and len(set(survivors)) < self.claimed:
-            raise RequestError(f"only {len(set(survivors))} survivors named where the sum's noise was planned "
+        seen = self._seen_survivors(body)
+        if self.claimed and seen is not None and self._full_graph() and seen < self.claimed:
+            raise RequestError(f"only {seen} survivors named where the sum's noise was planned "
                                f"and booked for {self.claimed} inputs: refusing to unmask (the release would be "
                                f"weaker than this site counted)")

@@ -74,12 +74,16 @@ class SecAggRefusal(ValueError):
 @dataclass(frozen=True)
 class SecAggParams:
     """Public parameters: ring Z_M with M = 2^modulus_bits, vector length, neighbourhood size k
-    (k >= m - 1: full graph) and the threshold t of the Shamir sharing."""
+    (k >= m - 1: full graph), the threshold t of the Shamir sharing, and m, the sites the session
+    asked (0: not said). Every site is sent the same parameters (they are in the request digest),
+    so every site knows whether the graph is full, and a claim of more inputs than m is a lie any
+    site can see (issue 48)."""
 
     modulus_bits: int
     length: int
     degree: int
     threshold: int
+    sites: int = 0
 
     def __post_init__(self):
         if not 1 <= self.modulus_bits <= 64:
@@ -93,6 +97,15 @@ class SecAggParams:
                              f"{self.degree + 1} holders of each secret ({majority(self.degree + 1)})")
         if self.threshold > self.degree + 1:
             raise ValueError(f"threshold {self.threshold} exceeds the {self.degree + 1} holders of each secret")
+        if isinstance(self.sites, bool) or not isinstance(self.sites, int) or self.sites < 0:
+            raise ValueError(f"sites must be a count, got {self.sites!r}")
+        if self.sites and self.degree > self.sites - 1:
+            raise ValueError(f"degree {self.degree} exceeds the {self.sites - 1} other sites of the session")
+
+    @property
+    def full(self) -> bool:
+        """Every site is every other's neighbour (the site sees the whole session)."""
+        return bool(self.sites) and self.degree >= self.sites - 1
 
     @property
     def modulus(self) -> int:
@@ -100,7 +113,7 @@ class SecAggParams:
 
     def as_body(self) -> dict:
         return {"modulus_bits": self.modulus_bits, "length": self.length, "degree": self.degree,
-                "threshold": self.threshold}
+                "threshold": self.threshold, "sites": self.sites}
 
 
 def majority(holders: int) -> int:
