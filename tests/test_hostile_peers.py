@@ -13,6 +13,7 @@ import math
 
 import msgpack
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -147,15 +148,22 @@ def test_every_size_a_request_can_choose_is_capped_before_use(tmp_path):
     assert time.monotonic() - began < 30
 
 
-def test_a_garbage_share_at_the_threshold_ends_the_session_not_the_run():
-    """The issue's case: a secure sum where one holder sends garbage unmask shares and another is
-    silent, so exactly the threshold remains; the server half cannot rebuild the masks, and the
-    session ends with an explained abort instead of an exception through the driver."""
+@pytest.mark.parametrize("silent", [0, 1, 2])
+def test_a_garbage_share_is_corrected_or_ends_the_session_not_the_run(silent):
+    """The issue's case: a secure sum (five sites, full graph, t = 3) where site-0 sends garbage
+    unmask shares and `silent` other holders do not answer. Robust unmasking (issue 48): with all
+    five holders, one wrong share of five is corrected, the session is ok and names site-0; with
+    four, a wrong share is detected but cannot be located (four shares correct none), and the
+    abort says so without blaming an honest holder (before, it named whichever share missed the
+    polynomial through the first three); with exactly t = 3 nothing could check a share inside
+    the field (any three lie on a polynomial of degree 2), and bytes outside it make site-0's
+    answer undecodable, a dropout: too few holders, an explained abort, never an exception."""
     import os
 
     from protocol.methods import RequestError
     from protocol.noise import PrivacyNoise
     from protocol.secagg.graph import default_threshold
+    from protocol.secagg.shamir import PRIME, share_to_bytes
 
     rng = np.random.default_rng(3)
     sites = [f"site-{j}" for j in range(5)]
@@ -164,18 +172,31 @@ def test_a_garbage_share_at_the_threshold_ends_the_session_not_the_run():
                                      on_shortfall="report", secagg={"graph": "full"})
     halves = {s: type(method).site(scores[s], PrivacyNoise(), s) for s in sites}
     assert default_threshold(4) == 3  # five sites, full graph: the unmask needs 3 holders
+    quiet = sites[5 - silent:]
+
+    def garbage(v):  # inside the field where a check can see it, raw bytes where none could
+        return share_to_bytes(int.from_bytes(os.urandom(40), "big") % PRIME) if silent < 2 else os.urandom(len(v))
 
     def ask(site, phase, body):
         encoder, request = CODECS[method.codec].for_site(body)
-        if phase == "unmask" and site in ("site-3", "site-4"):
-            raise RequestError("silent")  # two holders gone: exactly t = 3 remain
+        if phase == "unmask" and site in quiet:
+            raise RequestError("silent")
         kind, value = halves[site].answer(phase, request)
         if phase == "unmask" and site == "site-0":
-            value = {part: {k: os.urandom(len(v)) for k, v in shares.items()} for part, shares in value.items()}
+            value = {part: {k: garbage(v) for k, v in shares.items()} for part, shares in value.items()}
         return encoder.encode((kind, value))
 
     outcome = drive(method, {s: 30 for s in sites}, ask, np.random.default_rng(0))
+    if silent == 0:
+        assert outcome.status == "ok", outcome.reason
+        assert outcome.details["wrong_shares"] == {"site-0": sites} and "site-0" in outcome.reason
+        return
     assert outcome.status == "aborted" and "secure aggregation" in outcome.reason, outcome.reason
+    if silent == 1:
+        assert "cannot tell which holders sent the wrong ones" in outcome.reason, outcome.reason
+        assert not any(s in outcome.reason for s in sites[1:]), outcome.reason  # no honest holder blamed
+    else:
+        assert "only 2 sites completed the unmask phase" in outcome.reason
 
 
 def test_the_shuffler_names_a_sealed_message_by_its_key(caplog):

@@ -307,8 +307,10 @@ def unmasking_jobs(count: int, ring, seed: int = 0):
 
 
 def corrupted(job):
+    """Two of the job's 7 shares off (t = 4): one more than decoding corrects (issue 48)."""
     shares = dict(job.shares)
-    shares[min(shares)] = (shares[min(shares)] + 1) % PRIME
+    for x in sorted(shares)[:2]:
+        shares[x] = (shares[x] + 1) % PRIME
     return type(job)(**{**job.__dict__, "shares": shares})
 
 

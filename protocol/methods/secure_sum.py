@@ -23,6 +23,7 @@ of unmasking anything.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -107,7 +108,7 @@ class SecureSumCoordinator(CoordinatorHalf):
                 lost[site] = f"sent {kind!r} in phase {phase!r}"
         step = self.server.advance(phase, good, lost)
         if isinstance(step, Aggregate):
-            return self.finish(step)
+            return wrong_shares_named(self.finish(step), step)
         if phase == "mask":
             reason = self.before_unmask(len(self.server.masked))
             if reason:
@@ -200,3 +201,18 @@ class SecureSumSite(SiteHalf):
             raise RequestError(f"only {seen} survivors named where the sum's noise was planned "
                                f"and booked for {self.claimed} inputs: refusing to unmask (the release would be "
                                f"weaker than this site counted)")
+
+
+def wrong_shares_named(outcome, aggregate: Aggregate):
+    """The outcome with the holders whose unmask shares were off the other holders' polynomial
+    named (robust unmasking, issue 48): in its details (`wrong_shares`: holder -> the sites whose
+    secrets it sent a wrong share of) and, when it has a result, in a note on its reason (an
+    abort's reason names them already)."""
+    if not aggregate.wrong_shares or not isinstance(outcome, Outcome):
+        return outcome
+    outcome = outcome.with_details(wrong_shares=aggregate.wrong_shares)
+    if outcome.status == "aborted":
+        return outcome
+    note = (f"unmask shares from {', '.join(sorted(aggregate.wrong_shares))} were off the other holders' polynomial: "
+            f"corrected and left out (a share wrong in one secret only may have been dealt wrong by its owner)")
+    return dataclasses.replace(outcome, reason="; ".join(r for r in (outcome.reason, note) if r))

@@ -15,7 +15,12 @@ Phases (each one request -> response between the coordinator and every live site
              each dropped site, never both for the same site.
 The server then rebuilds each survivor's b_v and each dropped site's s_d^SK from any t shares and
 removes the masks: sum_{u in U3} x_u (mod M), exactly. Fewer than t live holders for any needed
-secret, or fewer than t sites in a phase, ends the session with the reason.
+secret, or fewer than t sites in a phase, ends the session with the reason. Shares that are off
+the polynomial of the others are corrected while at most floor((n - t) / 2) of a secret's n are
+(Reed-Solomon decoding, protocol.secagg.unmasking), and their holders named in
+`Aggregate.wrong_shares`; such a holder's own input stays in the sum (taking it out would need its
+mask key's shares, and with its self mask's already rebuilt that would reveal its input). More
+wrong shares than that end the session, naming the holders found wrong in other secrets.
 
 The coordinator sees public keys, ciphertexts it cannot open, and masked vectors; the pairwise
 masks cancel only in the sum and the self masks only come off for sites whose y it holds.
@@ -47,7 +52,7 @@ import numpy as np
 from protocol.secagg import primitives as crypto
 from protocol.secagg.graph import harary_neighbours
 from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
-from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, masks_total
+from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, unmask
 
 #: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
 #: sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
@@ -128,6 +133,9 @@ class Aggregate:
     included: list[str]  # U3: the sites whose inputs are in the sum
     reason: str = ""
     dropped: dict[str, str] = field(default_factory=dict)  # site -> phase where it was lost
+    #: holder -> the sites whose secrets it sent an unmask share of that was off the polynomial of
+    #: the other holders' shares (corrected and left out: robust unmasking, issue 48)
+    wrong_shares: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -230,10 +238,19 @@ class SecAggServer:
                                tuple((self.keys[u]["s"], 1 if self.index[u] < self.index[d] else -1)
                                      for u in sorted(self.neighbours[d] & u3)))
                  for d in sorted(u2 - u3)]
-        masks, failure = masks_total(jobs, Ring(self.params.threshold, length, bits, self.nonce, self.context))
-        if failure:
-            return self._abort(failure)
-        return Aggregate(sub_mod(total, masks, bits), sorted(u3), dropped=dict(self.lost))
+        site_of = {i: s for s, i in self.index.items()}
+        result = unmask(jobs, Ring(self.params.threshold, length, bits, self.nonce, self.context, site_of))
+        wrong: dict[str, list[str]] = {}
+        for position, holders in sorted(result.wrong.items()):
+            for x in holders:
+                wrong.setdefault(site_of[x], []).append(jobs[position].site)
+        wrong = {holder: sorted(owners) for holder, owners in sorted(wrong.items())}
+        if result.failure:
+            found = ", ".join(f"{holder} ({len(owners)} secret{'s' * (len(owners) > 1)})" for holder, owners in wrong.items())
+            aborted = self._abort(f"{result.failure}{f'; holders found sending wrong shares: {found}' if found else ''}")
+            aborted.wrong_shares = wrong
+            return aborted
+        return Aggregate(sub_mod(total, result.total, bits), sorted(u3), dropped=dict(self.lost), wrong_shares=wrong)
 
     def _abort(self, reason: str) -> Aggregate:
         return Aggregate(None, sorted(self.masked), reason, dropped=dict(self.lost))
