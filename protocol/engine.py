@@ -33,11 +33,21 @@ from protocol.methods.base import Method, Outcome, Send, guarded
 from protocol.shuffle import anonymous_label
 
 
+#: the largest n_j a session plans with (issue 48): eq. (5)'s order-statistic quadrature settles up
+#: to here and not at 2 x 10^6 (stats.orderstats), so a larger announced size would abort every
+#: FedCP-QQ-family session, everyone's; `runtime.max_n` may only lower it. What planning costs at
+#: the bound is measured in bench/plan_time.py (the `at_the_bound` cases).
+MAX_PLANNED_N = 1_000_000
+
+
 def join_problem(n: Any, max_n: int) -> str | None:
     """Why a site that joined a trial with `n` calibration points is a dropout (None: it is in):
-    fewer than one, or more than `runtime.max_n`, an absurd size no method should plan with."""
+    fewer than one, or more than `runtime.max_n` (at most MAX_PLANNED_N, what the planners hold):
+    a size no method should plan with, which costs the site its place, not the session."""
+    max_n = min(max_n, MAX_PLANNED_N)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n:
-        return f"joined with n={n} calibration points (accepted: 1 to runtime.max_n = {max_n})"
+        return (f"joined with n={n} calibration points (accepted: 1 to runtime.max_n = {max_n}, at most the "
+                f"{MAX_PLANNED_N} the planners hold)")
     return None
 
 

@@ -27,6 +27,7 @@ from data.sources import SOURCES
 from data.split import site_sizes
 from models import MODELS
 from protocol.accounting import BUDGET_FIELDS, Budget, SiteAccount
+from protocol.engine import MAX_PLANNED_N
 from protocol.methods import METHODS
 from protocol.policy import POLICY_FIELDS, SitePolicy
 from specs.plugins import PluginError, is_import_path
@@ -77,8 +78,9 @@ SCENARIO_FIELDS = {
                 "num_gpus": {"type": "float", "ge": 0, "default": 0.0},
             }},
         }},
-        # the largest calibration size a site may announce at join: a larger one is a dropout
-        "max_n": {"type": "int", "min": 1, "default": 100_000_000},
+        # the largest calibration size a site may announce at join: a larger one is a dropout (at
+        # most what the planners hold, protocol.engine.MAX_PLANNED_N)
+        "max_n": {"type": "int", "min": 1, "max": MAX_PLANNED_N, "default": MAX_PLANNED_N},
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
             "join": {"type": "float", "gt": 0, "default": 120.0},

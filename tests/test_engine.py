@@ -152,7 +152,7 @@ def test_a_short_shuffled_batch_is_withheld_in_process_as_by_the_shuffler():
     assert outcome.status == "aborted"
 
 
-@pytest.mark.parametrize("n, problem", [(0, True), (-3, True), (1, False), (10**8, False), (10**8 + 1, True),
+@pytest.mark.parametrize("n, problem", [(0, True), (-3, True), (1, False), (10**6, False), (10**6 + 1, True),
                                         (True, True), (2.5, True)])
 def test_one_join_rule(n, problem):
     assert (join_problem(n, 10**8) is not None) == problem

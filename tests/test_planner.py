@@ -66,3 +66,57 @@ def test_replan_refuses_when_too_few_answer():
 def test_rejects_bad_alpha():
     with pytest.raises(ValueError):
         plan_quantile_of_quantiles(5, 10, 1.0)
+
+
+def whole_table_plan(m: int, n: int, alpha: float, dropouts: int):
+    """Eq. (6) by the whole table: the least M[ell, k] >= 1 - alpha over ells still valid with
+    m - dropouts answers (ties: the smallest ell, then the smallest k)."""
+    from stats.orderstats import qq_coverage_table
+    from stats.planner import COVERAGE_TOLERANCE
+
+    table = qq_coverage_table(m, n)
+    threshold = 1 - alpha - COVERAGE_TOLERANCE
+    best = None
+    for ell in range(1, n + 1):
+        if dropouts and table[ell - 1, m - dropouts - 1] < threshold:
+            continue
+        for k in range(1, m + 1):
+            cov = table[ell - 1, k - 1]
+            if cov >= threshold and (best is None or cov < best[2]):
+                best = (ell, k, cov)
+    return best
+
+
+@pytest.mark.parametrize("m,n", [(1, 9), (2, 30), (3, 17), (5, 40), (8, 12), (12, 50), (20, 7)])
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.25])
+@pytest.mark.parametrize("dropouts", [0, 1])
+def test_planning_k_by_k_gives_the_plan_of_the_whole_table(m, n, alpha, dropouts):
+    """Issue 48 point 4: the optimal planner searches k by k (O(m log n)) for large n, ell by ell
+    (O(n log m)) otherwise; both give eq. (6)'s plan as the whole table does."""
+    from stats.planner import _plan_by_k, plan_quantile_of_quantiles
+
+    if dropouts >= m:
+        pytest.skip("dropouts must leave a site")
+    expected = whole_table_plan(m, n, alpha, dropouts)
+    for plan in (_plan_by_k(m, n, alpha, dropouts), plan_quantile_of_quantiles.__wrapped__(m, n, alpha, dropouts)):
+        if expected is None:
+            assert plan.infinite
+        else:
+            assert (plan.ells[0], plan.k) == expected[:2] and plan.coverage == pytest.approx(expected[2], abs=1e-12)
+
+
+def test_planning_for_a_million_scores_a_site_is_quick_and_the_same_plan():
+    """Two sites of a million scores each took 44 s and 1.6 GiB to plan (the issue); k by k it
+    is a few dozen evaluations (the bound is timed in bench/plan_time.py, not here). At 50,000
+    scores, where the ell-by-ell search still runs in a second, both give the same plan."""
+    from stats.planner import _plan_by_k, smallest_valid_k
+
+    plan = plan_quantile_of_quantiles.__wrapped__(2, 10**6, 0.1)
+    assert 0.9 <= plan.coverage < 0.9 + 1e-5
+    assert plan.coverage == pytest.approx(qq_coverage(2, 10**6, plan.ells[0], plan.k), abs=1e-15)
+    m, n = 3, 50_000
+    ells = np.arange(1, n + 1)
+    ks, covs = smallest_valid_k(m, n, ells, 0.1)
+    i = int(np.argmin(np.where(ks > 0, covs, np.inf)))
+    by_k = _plan_by_k(m, n, 0.1, 0)
+    assert (by_k.ells[0], by_k.k, by_k.coverage) == (int(ells[i]), int(ks[i]), float(covs[i]))
