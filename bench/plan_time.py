@@ -7,7 +7,11 @@ the plan and its exact coverage:
     asks for m = n = 1000 well under a second;
   - unequal sizes drawn uniformly in [5, 500] (seeded): the paper's rule and the optimized
     per-site plan, with and without dropouts (d = m / 10), for m in 10..200 (the issue asks for
-    m = 200 in a few seconds at most), and the ten-centre sizes of paper 004's table 1.
+    m = 200 in a few seconds at most), and the ten-centre sizes of paper 004's table 1;
+  - at the bound (issue 48, point 4): sessions whose sites announce the largest n_j a join admits
+    (protocol.engine.MAX_PLANNED_N), timed through each FedCP-QQ-family method's coordinator half
+    (fedcp_qq, fedcp2_qq, fedcp2_qq_shuffle, fedcp2_qq_secagg) with peak memory: what one peer's
+    announced size can cost everyone's session.
 
     python bench/plan_time.py [--repeats 3] [--out bench/results/plan_time.json]
 """
@@ -25,6 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from protocol.engine import MAX_PLANNED_N  # noqa: E402
+from protocol.methods import METHODS  # noqa: E402
 from stats import optimizer, planner  # noqa: E402
 from stats.orderstats import qq_coverage_table  # noqa: E402
 
@@ -78,12 +84,52 @@ def main() -> None:
                             "excess": plan.coverage - (1 - alpha)})
             print(f"{label:<11} {name:<18} m={m:>3} d={plan.dropouts:>2}: {seconds:7.3f} s  k={plan.k} "
                   f"coverage={plan.coverage:.9f}")
+    bound = at_the_bound(alpha)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"alpha": alpha, "machine": platform.platform(), "python": platform.python_version(),
-                               "equal": equal, "table_m10_n20_seconds": table_seconds, "unequal": unequal},
+                               "equal": equal, "table_m10_n20_seconds": table_seconds, "unequal": unequal,
+                               "at_the_bound": bound},
                               indent=2))
     print(f"wrote {out}")
+
+
+#: (label, sizes): one huge site among small ones, two equal huge sites, many huge unequal sites
+BOUND_CASES = [("one site at the bound, nine of 20", {**{f"s{i}": 20 for i in range(9)}, "big": MAX_PLANNED_N}),
+               ("two sites at the bound", {"a": MAX_PLANNED_N, "b": MAX_PLANNED_N}),
+               ("100 sites in [10, bound]", None)]
+BOUND_METHODS = {"fedcp_qq": {}, "fedcp2_qq": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}},
+                 "fedcp2_qq_shuffle": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}},
+                 "fedcp2_qq_secagg": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}}}
+
+
+def at_the_bound(alpha: float) -> list[dict]:
+    """Each method's planning (its coordinator half's first step) for sessions at the join bound,
+    each in a fresh process so that its peak memory is its own."""
+    import multiprocessing
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, sizes in BOUND_CASES:
+        if sizes is None:
+            sizes = {f"s{i}": int(v) for i, v in enumerate(rng.integers(10, MAX_PLANNED_N + 1, size=100))}
+        for name, params in BOUND_METHODS.items():
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                seconds, step, peak = pool.apply(_plan_once, (name, params, alpha, sizes))
+            rows.append({"case": label, "method": name, "seconds": seconds, "first_step": step, "peak_mib": peak})
+            print(f"at the bound  {label:<34} {name:<18} {seconds:7.2f} s  {peak:6.0f} MiB  -> {step}")
+    return rows
+
+
+def _plan_once(name, params, alpha, sizes):
+    import resource
+
+    began = time.perf_counter()
+    try:
+        step = type(METHODS[name](alpha, **params).coordinator(sizes, np.random.default_rng(0)).start()).__name__
+    except Exception as exc:  # reported, not raised: the bench says what the bound costs
+        step = f"{type(exc).__name__}: {exc}"
+    return time.perf_counter() - began, step, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":
