@@ -101,6 +101,7 @@ def serve(bind: str, coordinator_endpoint: str, *, on_bound=None, server_keys: S
                     _offer(incoming, open_batches, forwarded, site_guard)
             while (released := held.pop_due(time.monotonic())) is not None:
                 _offer(released, open_batches, forwarded, site_guard)
+            sites.tend()  # one key, one connection: frees keys whose connection closed or stayed silent
             now = time.monotonic()
             for key, (batch, deadline) in list(open_batches.items()):
                 if batch.complete or now >= deadline:

@@ -57,12 +57,14 @@ def null_handshake_bytes(socket_type: str, identity: bytes) -> int:
 
 def handshake_bytes(curve: bool, socket_type: str, identity: bytes, client: bool) -> int:
     """Bytes one side sends to set up a connection. CURVE (RFC 26): the client sends HELLO
-    (200-byte body) and INITIATE (257 bytes plus its metadata), the server WELCOME (168) and
+    (200-byte body) and INITIATE (257 bytes plus its metadata), then its presence (an empty
+    message, 35 bytes: transport.channel.DealerChannel, issue 48), the server WELCOME (168) and
     READY (30 bytes plus its metadata)."""
     if not curve:
         return null_handshake_bytes(socket_type, identity)
     if client:
-        return GREETING_BYTES + frame_bytes(200) + frame_bytes(257 + _metadata(socket_type, identity))
+        return (GREETING_BYTES + frame_bytes(200) + frame_bytes(257 + _metadata(socket_type, identity))
+                + frame_bytes(CURVE_MESSAGE_OVERHEAD))
     return GREETING_BYTES + frame_bytes(168) + frame_bytes(30 + _metadata(socket_type, identity))
 
 

@@ -29,12 +29,19 @@ An allow-list maps each public key to one site id, so two sites may never share 
 47): the second would be admitted under whichever name the list kept, and could take the
 other's name. Building an allow-list, from key files or from the keys hosts sent, refuses a key
 another site already holds with DuplicateKeyError, naming both (`claim_key`).
+
+One key, one live connection (issue 48): behind a RouterChannel the ZAP handler admits a key only
+while it is free, and names each admission by a serial number (ZAP metadata, `ADMISSION`) that
+every message of that connection carries; a second connection with a busy key waits in its
+handshake until the key is free, a third is refused (transport.channel.Connections says why, and
+when a key is free again).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,6 +236,19 @@ def _load(directory: Path, name: str, secret: bool) -> tuple[bytes, bytes | None
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks (RFC 27)
 ZAP_DOMAIN = b"quorum"
+#: ZAP metadata property on every message of an admitted connection: the admission's serial number
+ADMISSION = "Quorum-Admission"
+#: how long a handshake with a busy key waits for it (SiteAuthenticator): less than libzmq's
+#: handshake limit (transport.channel.HANDSHAKE_S, 30 s), so the handshake ends unanswered, never
+#: admitted for a connection libzmq closed meanwhile
+DEFER_S = 24.0
+
+
+def zap_metadata(name: str, value: str) -> bytes:
+    """One ZMTP metadata property (RFC 23: name length, name, 4-byte value length, value), as a
+    ZAP reply's metadata frame carries it (RFC 27)."""
+    key, data = name.encode("ascii"), value.encode("utf-8")
+    return bytes([len(key)]) + key + len(data).to_bytes(4, "big") + data
 
 
 class SiteAuthenticator:
@@ -239,28 +259,52 @@ class SiteAuthenticator:
     4 ms of Python per handshake (a loaded event loop, logging, policy checks this handler does
     not need); 10,000 sites waited about 20 s on it. This one answers a request with a dictionary
     lookup: 3,000 CURVE handshakes in 3.5 s against 15-24 s. The ROUTER sets ZAP_ENFORCE_DOMAIN
-    (`secure_server`), so a connection made while no handler is bound is refused, not admitted."""
+    (`secure_server`), so a connection made while no handler is bound is refused, not admitted.
 
-    def __init__(self, context: zmq.Context, sites: dict[bytes, str]) -> None:
+    With `connections` set (a RouterChannel sets its transport.channel.Connections), a key is
+    admitted only while it is free (issue 48): the reply names the admission (metadata
+    `ADMISSION`). A handshake with a busy key (a live connection holds it, or the messages of its
+    closed one are not all read) is not answered yet: it waits, and is admitted as soon as the key
+    is free, or left unanswered after `defer_s` (libzmq then ends the handshake, HANDSHAKE_IVL,
+    and its peer redials: a libzmq client redials after a timeout, never after a refusal). One
+    handshake waits per key; another with that key meanwhile is refused (400). So the handler is a
+    ROUTER, which may answer out of turn. Without `connections` (the handler alone, as in tests)
+    every allow-listed key is admitted at once, as before."""
+
+    def __init__(self, context: zmq.Context, sites: dict[bytes, str], defer_s: float = DEFER_S) -> None:
         self.context = context
         self.sites: dict[bytes, str] = {}  # raw 32-byte key -> site
         for public, site in sites.items():
             self.allow(public, site)
+        self.connections = None  # transport.channel.Connections of the ROUTER this handler serves
+        self.defer_s = defer_s
         self._thread: threading.Thread | None = None
         self._control = f"inproc://quorum-zap-control-{id(self):x}"
+        self._wake_read = self._wake_write = None
 
     def allow(self, public: bytes, site: str) -> None:
         """Admit `site`'s public key (Z85) from now on (one its host made and sent); a key another
         site holds already is refused (DuplicateKeyError), never given a second name."""
         claim_key(self.sites, public, site)
 
+    def wake(self) -> None:
+        """(any thread) A key may be free: answer the handshakes waiting for one."""
+        try:
+            os.write(self._wake_write, b"x")
+        except (BlockingIOError, OSError, TypeError):  # one is pending already; or the handler stopped
+            pass
+
     def start(self) -> None:
-        handler = self.context.socket(zmq.REP)
+        handler = self.context.socket(zmq.ROUTER)
         handler.setsockopt(zmq.LINGER, 0)
+        handler.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an answer to a connection gone meanwhile raises
         handler.bind(ZAP_ENDPOINT)  # bound before start returns: no handshake finds no handler
         control = self.context.socket(zmq.PAIR)
         control.setsockopt(zmq.LINGER, 0)
         control.bind(self._control)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
         self._thread = threading.Thread(target=self._serve, args=(handler, control), name="quorum-zap", daemon=True)
         self._thread.start()
 
@@ -274,33 +318,95 @@ class SiteAuthenticator:
         self._thread.join(timeout=5)
         stopper.close()
         self._thread = None
+        wake_read, wake_write, self._wake_read, self._wake_write = self._wake_read, self._wake_write, None, None
+        os.close(wake_read)
+        os.close(wake_write)
 
     def _serve(self, handler: zmq.Socket, control: zmq.Socket) -> None:
         poller = zmq.Poller()
         poller.register(handler, zmq.POLLIN)
         poller.register(control, zmq.POLLIN)
+        poller.register(self._wake_read, zmq.POLLIN)
+        waiting: dict[str, tuple[list[bytes], bytes, float]] = {}  # site -> (envelope, request id, until)
         try:
             while True:
-                ready = dict(poller.poll())
+                timeout = None
+                if waiting:  # a key can also come free without a wake-up (the monitor is read here too)
+                    until = min(entry[2] for entry in waiting.values())
+                    timeout = max(0, min(int((until - time.monotonic()) * 1000) + 1, 100))
+                ready = dict(poller.poll(timeout))
                 if control in ready:
                     return
+                if self._wake_read in ready:
+                    try:
+                        os.read(self._wake_read, 4096)
+                    except BlockingIOError:
+                        pass
                 if handler in ready:
-                    handler.send_multipart(self.reply(handler.recv_multipart()))
+                    frames = handler.recv_multipart()
+                    cut = frames.index(b"") if b"" in frames else 0
+                    envelope, request = frames[:cut + 1], frames[cut + 1:]
+                    answer, site = self._answer(request)
+                    if answer is not None:
+                        self._send(handler, envelope, answer, site)
+                    elif site in waiting:  # one handshake waits for this key already: a third is refused
+                        self.connections.refused[site] += 1
+                        self._send(handler, envelope, [b"1.0", request[1], b"400",
+                                                       b"another connection with this key is live and one waits",
+                                                       b"", b""], site)
+                    else:
+                        self.connections.waited[site] += 1
+                        waiting[site] = (envelope, request[1], time.monotonic() + self.defer_s)
+                for site, (envelope, request_id, until) in list(waiting.items()):
+                    serial = self.connections.admit(site)
+                    if serial is not None:
+                        del waiting[site]
+                        self._send(handler, envelope, self._ok(request_id, site, serial), site, serial)
+                    elif time.monotonic() >= until:  # unanswered: libzmq ends the handshake, the peer redials
+                        del waiting[site]
         finally:
             handler.close()
             control.close()
 
+    def _send(self, handler: zmq.Socket, envelope: list[bytes], answer: list[bytes], site: str | None,
+              serial: int | None = None) -> None:
+        try:
+            handler.send_multipart(envelope + answer)
+        except zmq.ZMQError:  # its connection went meanwhile (ROUTER_MANDATORY): the admission is void
+            if serial is not None and self.connections is not None:
+                self.connections.cancel(site, serial)
+
+    @staticmethod
+    def _ok(request_id: bytes, site: str, serial: int | None) -> list[bytes]:
+        metadata = b"" if serial is None else zap_metadata(ADMISSION, str(serial))
+        return [b"1.0", request_id, b"200", b"OK", site.encode("utf-8"), metadata]
+
     def reply(self, request: list[bytes]) -> list[bytes]:
         """The ZAP reply to one request (version, request id, domain, address, identity,
-        mechanism, credentials...): 200 and the site id for an allow-listed CURVE key, else 400."""
+        mechanism, credentials...): 200 and the site id for an allow-listed CURVE key (with the
+        admission's serial number when `connections` is set), 400 for any other key, and 400 for a
+        busy key (the handler's own loop lets such a handshake wait instead)."""
+        answer, site = self._answer(request)
+        if answer is None:
+            return [b"1.0", request[1], b"400", b"another live connection holds this key", b"", b""]
+        return answer
+
+    def _answer(self, request: list[bytes]) -> tuple[list[bytes] | None, str | None]:
+        """(the reply, the site) for one request; (None, site) while the site's key is busy."""
         if len(request) < 6 or request[0] != b"1.0":
             request_id = request[1] if len(request) > 1 else b""
-            return [b"1.0", request_id, b"500", b"malformed ZAP request", b"", b""]
+            return [b"1.0", request_id, b"500", b"malformed ZAP request", b"", b""], None
         request_id, mechanism, credentials = request[1], request[5], request[6:]
         site = self.sites.get(credentials[0]) if mechanism == b"CURVE" and credentials else None
         if site is None:
-            return [b"1.0", request_id, b"400", b"key not on the allow-list", b"", b""]
-        return [b"1.0", request_id, b"200", b"OK", site.encode("utf-8"), b""]
+            return [b"1.0", request_id, b"400", b"key not on the allow-list", b"", b""], None
+        connections = self.connections
+        if connections is None:
+            return self._ok(request_id, site, None), site
+        serial = connections.admit(site)
+        if serial is None:
+            return None, site
+        return self._ok(request_id, site, serial), site
 
 
 def secure_server(socket: zmq.Socket, keys: ServerKeys) -> None:
