@@ -286,7 +286,7 @@ def garbage_sum(inputs, garbage, degree=None, drops=None, seed=0):
     silent from that phase on."""
     sites = sorted(inputs)
     k = len(sites) - 1 if degree is None else degree
-    params = SecAggParams(BITS, LENGTH, k, default_threshold(k))
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), len(sites))
     codec, rng = SecAggDDG(LENGTH), random.Random(seed)
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, lambda aggregate: aggregate)
     halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}

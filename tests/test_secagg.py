@@ -86,7 +86,7 @@ def secure_sum(inputs: dict[str, np.ndarray], drops: dict[str, set[str]], degree
     sites = sorted(inputs)
     m = len(sites)
     k = m - 1 if degree is None else degree
-    params = SecAggParams(BITS, LENGTH, k, default_threshold(k))
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), m)
     codec = SecAggDDG(LENGTH)
     received = []
 
@@ -212,7 +212,7 @@ def test_site_refusals():
     inputs = make_inputs(5)
     sites = sorted(inputs)
     halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
-    params = SecAggParams(BITS, LENGTH, 4, 3)
+    params = SecAggParams(BITS, LENGTH, 4, 3, len(sites))
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(0), {}, lambda a: a)
     step = coordinator.start()
     for phase in PHASES[:3]:

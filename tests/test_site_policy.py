@@ -394,3 +394,18 @@ def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says
             assert "unseen_claims: refuse" in local.account.records[-1]["reason"]
         else:
             assert local.answer(7, "ddg_quantile", "unmask", body) is not None
+
+
+def test_a_secure_sum_whose_parameters_do_not_say_how_many_sites_were_asked_is_refused():
+    """Red team round 3, issue 48: `sites: 0` ("not said") switched off the check of a claim
+    against the sites asked and made a full graph look sparse; every honest session says m."""
+    from protocol.accounting import Spend
+    from protocol.methods.secure_sum import SecureSumSite
+    from protocol.secagg.protocol import SecAggParams
+
+    for sites, refused in ((0, "do not say how many sites"), (10, "more than the 10 sites the session asked")):
+        half = SecureSumSite("site-000", lambda public, params: None,
+                             check=lambda public: Spend("dp", 1.0, 1e-6, contributors=1000))
+        params = SecAggParams(16, 4, 9, 6, sites).as_body()
+        with pytest.raises(RequestError, match=refused):
+            half.answer("advertise", {"params": params, "nonce": 1, "method": {}})

@@ -169,6 +169,9 @@ class SecureSumSite(SiteHalf):
             raise RequestError(str(exc)) from None
         params = getattr(self.client, "params", None)
         sites = params.sites if params is not None else 0
+        if phase == "advertise" and params is not None and not sites:  # every honest session says m
+            raise RequestError("the secure-aggregation parameters do not say how many sites the session asked "
+                               "(sites): this site cannot tell a full graph from a sparse one, nor check a claim")
         if phase == "advertise" and sites and self.claimed > sites:
             raise RequestError(f"the sum's noise is claimed for {self.claimed} inputs, more than the {sites} sites "
                                f"the session asked: refusing to take part (the release would be weaker than "
