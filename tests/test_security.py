@@ -208,3 +208,47 @@ def test_two_sites_with_one_public_key_are_refused_when_the_allow_list_is_built(
     with pytest.raises(DuplicateKeyError, match="'site-001' and 'site-009'"):
         authenticator.allow(publics["site-001"], "site-009")
     assert set(authenticator.sites.values()) == {"site-001"}
+
+
+def test_a_site_whose_key_a_peer_refused_never_blocks_its_host(tmp_path):
+    """A DEALER whose handshake the peer refused has no connection, and libzmq never redials it:
+    a blocking send there hung the whole site host (found on a fresh clone: one site missing
+    from the shuffler's registry kept its two host-mates' sealed answers from ever leaving).
+    send_raw returns at once, counting what it dropped, and the host's other channels go on."""
+    import threading
+
+    from transport.channel import DealerChannel
+    from transport.security import ClientKeys
+
+    key_dir, channel, _ = secure_coordinator(tmp_path)
+    strangers = generate_keys(tmp_path / "stranger", ["site-000"])
+    forged = load_client_keys(strangers, "site-000")
+    refused = DealerChannel(channel.endpoint, "site-000",
+                            keys=ClientKeys(load_client_keys(key_dir, "site-000").server_public, forged.public,
+                                            forged.secret))
+    honest = DealerChannel(channel.endpoint, "site-001", keys=load_client_keys(key_dir, "site-001"))
+    done = threading.Event()
+
+    def send_until_refused():  # in a thread: a send that blocks fails the test instead of hanging it
+        until = time.monotonic() + 10
+        while time.monotonic() < until and refused.dropped == 0:  # until the refusal has closed its pipe
+            refused.send_raw([hello("site-000")])
+            time.sleep(0.05)
+        refused.send_raw([hello("site-000", 99)])
+        done.set()
+
+    try:
+        deadline = time.monotonic() + 12
+        threading.Thread(target=send_until_refused, daemon=True).start()
+        assert done.wait(12.0), "send_raw blocked on a connection the peer refused"
+        assert refused.dropped >= 2
+        honest.send_raw([hello("site-001")])
+        heard = None
+        while time.monotonic() < deadline and heard is None:
+            incoming = channel.receive(0.1)
+            heard = incoming if incoming is not None and incoming.envelope is not None else None
+        assert heard is not None and heard.envelope.sender == "site-001"
+    finally:
+        refused.close()
+        honest.close()
+        channel.close()

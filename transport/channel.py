@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import os
 import socket as sockets
 import threading
@@ -54,6 +55,8 @@ from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
 from transport.ledger import message_wire_bytes
 from transport.security import (ADMISSION, DEFER_S, ClientKeys, ServerKeys, SiteAuthenticator, secure_client,
                                 secure_server)
+
+log = logging.getLogger("quorum.channel")
 
 COORDINATOR_ID = "coordinator"
 
@@ -650,6 +653,7 @@ class DealerChannel(_Channel):
         if keys is not None:  # presence: names this connection at the ROUTER at once (Connections), an
             socket.send(b"", flags=zmq.NOBLOCK)  # empty frame the RouterChannel reads and drops
         super().__init__(socket, site_id, max_bytes, curve=keys is not None)
+        self.endpoint, self.dropped = endpoint, 0  # messages send_raw could not queue
 
     def send(self, mtype: str, session: int, payload: dict) -> None:
         self.send_raw([self._pack(mtype, session, payload)])
@@ -658,7 +662,17 @@ class DealerChannel(_Channel):
         return self._pack(mtype, session, payload)
 
     def send_raw(self, frames: list[bytes]) -> None:
-        self.socket.send_multipart(frames)
+        """Queue a message for the peer, never blocking: a message no connection can take is
+        dropped and counted (`dropped`). A DEALER with no live connection blocks on send, and a
+        peer that refused this site's key at the handshake is never redialled by libzmq, so one
+        site the shuffler does not admit used to hang its whole host, its host-mates' answers
+        queued behind its send (a fresh-clone run of tests/test_shuffler_party.py caught it)."""
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += 1
+            log.warning("%s: a message of %d bytes dropped: no connection to %s takes it (refused at the "
+                        "handshake, or its queue is full)", self.sender, sum(map(len, frames)), self.endpoint)
 
     def receive(self, timeout_s: float) -> Incoming | None:
         if not self._poll(timeout_s):
