@@ -200,15 +200,21 @@ def plan_quantile_of_quantiles(m: int, n: int, alpha: float, dropouts: int = 0) 
         ells = ells[robust]
     ks, covs = smallest_valid_k(m, n, ells, alpha) if ells.size else (np.zeros(0, int), np.zeros(0))
     if not (ks > 0).any():
-        worst = m - dropouts
-        best = float(qq_coverage(m, n, n, worst))
-        return QQPlan(sizes, alpha, None, None, 1.0, "optimal", dropouts,
-                      reason=(f"no (ell, k) reaches coverage {1 - alpha:g} with {worst} of m={m} sites "
-                              f"of n={n} scores answering (the best, every site's maximum, gives "
-                              f"{best:.6f}); the valid set is the whole line"))
+        return _no_valid_plan(m, n, alpha, dropouts)
     covs = np.where(ks > 0, covs, np.inf)
     i = int(np.argmin(covs))
     return QQPlan(sizes, alpha, (int(ells[i]),) * m, int(ks[i]), float(covs[i]), "optimal", dropouts)
+
+
+def _no_valid_plan(m: int, n: int, alpha: float, dropouts: int) -> QQPlan:
+    """The infinite plan of eq. (6) when no (ell, k) reaches 1 - alpha, saying how close the best
+    (every site's maximum) comes."""
+    worst = m - dropouts
+    best = float(qq_coverage(m, n, n, worst))
+    return QQPlan((n,) * m, alpha, None, None, 1.0, "optimal", dropouts,
+                  reason=(f"no (ell, k) reaches coverage {1 - alpha:g} with {worst} of m={m} sites "
+                          f"of n={n} scores answering (the best, every site's maximum, gives "
+                          f"{best:.6f}); the valid set is the whole line"))
 
 
 def _plan_by_k(m: int, n: int, alpha: float, dropouts: int) -> QQPlan:
@@ -223,12 +229,7 @@ def _plan_by_k(m: int, n: int, alpha: float, dropouts: int) -> QQPlan:
     ells, covs = smallest_valid_ell(m, n, ks, alpha, at_least=floor) if floor else (np.zeros(m, int), np.zeros(m))
     valid = ells > 0
     if not valid.any():
-        worst = m - dropouts
-        best = float(qq_coverage(m, n, n, worst))
-        return QQPlan(sizes, alpha, None, None, 1.0, "optimal", dropouts,
-                      reason=(f"no (ell, k) reaches coverage {1 - alpha:g} with {worst} of m={m} sites "
-                              f"of n={n} scores answering (the best, every site's maximum, gives "
-                              f"{best:.6f}); the valid set is the whole line"))
+        return _no_valid_plan(m, n, alpha, dropouts)
     order = np.lexsort((ks[valid], ells[valid], covs[valid]))
     i = np.flatnonzero(valid)[order[0]]
     return QQPlan(sizes, alpha, (int(ells[i]),) * m, int(ks[i]), float(covs[i]), "optimal", dropouts)
