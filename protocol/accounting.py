@@ -214,11 +214,13 @@ class RecordLedger:
         self.sets: dict[str, np.ndarray] = {}  # digest -> sorted record identities
         self.holding: dict[int, set[str]] = {}  # record identity -> the digests of the sets holding it
         self.releases: dict[str, list[dict]] = {}  # digest -> the releases (not refusals) made from it
+        self._overlapping: dict[str, list[str]] = {}  # overlapping()'s answers until a new set comes
 
     def add_set(self, digest: str, ids: np.ndarray) -> None:
         if digest in self.sets:
             return
         self.sets[digest] = ids
+        self._overlapping.clear()
         for identity in ids.tolist():
             self.holding.setdefault(identity, set()).add(digest)
 
@@ -230,10 +232,12 @@ class RecordLedger:
         ids = self.sets.get(digest)
         if ids is None:  # a set of unknown identities (an account written before them): itself only
             return [digest]
-        found: set[str] = set()
-        for identity in ids.tolist():
-            found |= self.holding.get(identity, set())
-        return sorted(found)
+        if digest not in self._overlapping:  # once per set and new set, not per request
+            found: set[str] = set()
+            for identity in ids.tolist():
+                found |= self.holding.get(identity, set())
+            self._overlapping[digest] = sorted(found)
+        return self._overlapping[digest]
 
 
 @dataclass
