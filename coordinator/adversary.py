@@ -188,13 +188,15 @@ class Adversary:
                               f"{record.answered} answers, {record.refused} refused; the sites' budget, not the "
                               f"coordinator, decided how many")
         elif kind == "equivocate":
-            from protocol.secagg.protocol import DIFFERENT_QUESTIONS
+            from protocol.secagg.protocol import LIES
 
             told = self.asked_otherwise or "no site was asked another question (nothing to change)"
-            unmasked = [why for _, why in sorted(refused.items()) if DIFFERENT_QUESTIONS in why]
+            # a secure sum's sites catch it when they mask (the digest inside the shares) or, in the
+            # active mode, earlier: the target's keys are signed for its question, not theirs
+            unmasked = [why for _, why in sorted(refused.items()) if any(lie in why for lie in LIES)]
             withheld = [why for _, why in sorted(refused.items()) if "different requests" in why]
             if unmasked:
-                record.finding = (f"{told}; {len(unmasked)} sites refused to mask, the sum was not unmasked: "
+                record.finding = (f"{told}; {len(unmasked)} sites refused, the sum was not unmasked: "
                                   + _short(unmasked[0].removeprefix("refused: ")))
             elif withheld:
                 record.finding = f"{told}; the batch was withheld: " + _short(withheld[0].split("withheld by the shuffler: ")[-1])

@@ -15,6 +15,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from protocol.secagg.identity import identities_in_memory
+
 from protocol.engine import Requests, Session, batch_answers
 from protocol.methods.base import Method, Outcome, RequestError
 from protocol.shuffle import ShuffleBatch
@@ -66,6 +68,8 @@ def run_session(method: Method, site_rows: Mapping[str, np.ndarray],
     each site half and rng_for("coordinator") the coordinator half; `rewrite` as in drive."""
     halves = {site: type(method).site(np.asarray(rows, dtype=float), rng_for(site), site)
               for site, rows in site_rows.items()}
+    for site, identity in identities_in_memory(halves).items():  # each site's signing key; one registry
+        halves[site].identity = identity
     sizes = {site: int(len(rows)) for site, rows in site_rows.items()}
 
     def ask(site, phase, body):  # the site side's encoder (make_codec is the coordinator's decoder)

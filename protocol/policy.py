@@ -15,6 +15,10 @@ policy and refuses, with the reason, a request that asks for more than the polic
   sites' inputs (a shuffle's messages, a secure sum's noisy inputs);
 - `unseen_claims`: "trust" (the default) or "refuse" a claim the site cannot check from what it
   sees (a sparse secure sum's global count of inputs, beyond its neighbourhood);
+- `secagg`: the secure sums it takes part in: "active" (the default: only the protocol with signed
+  keys and a consistency round, protocol.secagg.protocol, against a coordinator that lies) or
+  "semi-honest" (that too, and the cheaper protocol that trusts the coordinator to relay keys
+  and survivor lists faithfully);
 - `trials`: how many trials it builds data for, trial numbers 0 .. trials - 1 (100 by default): a
   coordinator that names another trial is refused before anything is built or scored (a site
   that builds its data from a scenario would otherwise draw a fresh data set for every number);
@@ -47,6 +51,7 @@ POLICY_FIELDS = {
     "noise": {"type": "str", "choices": list(NOISE_SOURCES), "default": "os"},
     "unseen_claims": {"type": "str", "choices": ["trust", "refuse"], "default": "trust"},
     "trials": {"type": "int", "min": 1, "max": 1_000_000, "default": 100},
+    "secagg": {"type": "str", "choices": ["active", "semi-honest"], "default": "active"},
 }
 
 
@@ -60,6 +65,7 @@ class SitePolicy:
     noise: str = "os"
     unseen_claims: str = "trust"
     trials: int = 100
+    secagg: str = "active"
 
     @staticmethod
     def from_spec(spec: dict | None) -> "SitePolicy":
@@ -105,4 +111,4 @@ class SitePolicy:
         return {"methods": list(self.methods), "min_k": self.min_k,
                 "max_epsilon": None if math.isinf(self.max_epsilon) else self.max_epsilon,
                 "non_private": self.non_private, "min_contributors": self.min_contributors, "noise": self.noise,
-                "unseen_claims": self.unseen_claims, "trials": self.trials}
+                "unseen_claims": self.unseen_claims, "trials": self.trials, "secagg": self.secagg}

@@ -36,6 +36,7 @@ from transport.ledger import Ledger
 from transport.registry import REGISTRY_FILE, write_registry
 from transport.security import COORDINATOR_KEY, generate_keys, load_public_key, load_server_keys, write_site_publics
 from protocol.noise import coordinator_rng
+from protocol.secagg.identity import identities_in_memory
 
 
 class ProcessFederation:
@@ -71,8 +72,7 @@ class ProcessFederation:
         # shuffler they read its key from the registry this launcher writes for them (_register)
         self.service = replace(self.service, keys_in_memory=key_dir is not None and not external_sites,
                                start_timeout=runtime.deadlines.hello,
-                               registry=str(key_dir / REGISTRY_FILE) if key_dir and run.shuffled and not external_sites
-                               else None)
+                               registry=str(key_dir / REGISTRY_FILE) if key_dir and not external_sites else None)
         if self.kernel is not None:
             self.service = replace(self.service, netns=self.kernel.namespace, sources=self.kernel.addresses)
         #: the scenario's attacks of the coordinator on its own sites (coordinator.adversary)
@@ -105,6 +105,7 @@ class ProcessFederation:
         self.service = replace(self.service, coordinator=self.channel.endpoint)
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
         self._site_publics: dict | None = None  # the public keys our hosts made and sent (_admit)
+        self._signing: dict[str, bytes] = {}  # and their signing keys (Z85), for the registry
         self._shuffler_public: bytes | None = None  # the key the shuffler made (_register; None: plain)
         self._hello_timeout = runtime.deadlines.hello
         self._logs, self._work = rundir.logs, rundir.work
@@ -145,8 +146,11 @@ class ProcessFederation:
         """The hosts made their sites' key pairs: admit the public halves and record them
         (KEY_DIR/sites.public), then start the shuffler, whose allow-list they become through the
         registry (_register); its endpoint, or None."""
+        signing = {site: pair[1] for site, pair in publics.items()}
+        publics = {site: pair[0] for site, pair in publics.items()}
         for site, public in publics.items():
             self.channel.allow(public, site)
+        self._signing = signing
         if publics:
             write_site_publics(self._key_dir, publics)
             made_by = "ray hosts" if self.launcher["kind"] == "ray" else "site hosts (local processes)"
@@ -154,7 +158,11 @@ class ProcessFederation:
                               note="each host made its sites' key pairs in memory; the coordinator holds the "
                                    "public halves only (sites.public)")
         self._site_publics = publics or None
-        return self._start_shuffler() if self.shuffled else None
+        if self.shuffled:
+            return self._start_shuffler()
+        if self.service.registry:  # the sites' signing keys, for their secure sums (issue 48)
+            self._write_registry(None)
+        return None
 
     def _start_shuffler(self) -> str:
         """The shuffler's process, which makes its own key pair (runner.processes.shuffler_main);
@@ -175,11 +183,16 @@ class ProcessFederation:
         shuffler takes its allow-list from and the sites the shuffler's key."""
         self.channel.allow(shuffler_public, SHUFFLER_ID)
         self._shuffler_public = shuffler_public
+        return self._write_registry(shuffler_public)
+
+    def _write_registry(self, shuffler_public: bytes | None) -> Path:
         path = write_registry(self.service.registry, coordinator=load_public_key(self._key_dir, COORDINATOR_KEY),
-                              shuffler=shuffler_public, sites=self._site_publics or {})
-        self.events.write("registry", path=str(path), parties=2 + len(self._site_publics or {}),
+                              shuffler=shuffler_public, sites=self._site_publics or {}, signing=self._signing)
+        self.events.write("registry", path=str(path), parties=1 + (shuffler_public is not None)
+                          + len(self._site_publics or {}),
                           note="written by the launcher, playing the operators' part on this one machine; the "
-                               "shuffler made its key pair in its own process, the sites theirs")
+                               "sites made their key pairs (and signing keys) in their own processes"
+                               + (", the shuffler its own" if shuffler_public is not None else ""))
         return path
 
     def open_trial(self, trial: int, world) -> dict[str, int]:
@@ -236,8 +249,10 @@ class InProcessFederation:
         self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
         self.work = rundir.work
         trials = TrialCache(rundir.work, run.site_ids)  # the model loaded once per trial for all sites
-        self.sites = {site: SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy)
-                      for site in run.site_ids}
+        # this process plays every operator: one signing key per site, one registry of them
+        identities = identities_in_memory(run.site_ids)
+        self.sites = {site: SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy,
+                                      identity=identities[site]) for site in run.site_ids}
         self.seeded_noise = run.seeded_noise
         self.ledger = Ledger()
         self.seed = run.seed

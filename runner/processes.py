@@ -113,7 +113,8 @@ def host_main(name: str, site_ids: list[str], service: SiteService, log_path: st
         keys = client_keys_in_memory(site_ids, load_public_key(key_dir, COORDINATOR_KEY))
     else:  # an operator's own hosts: the pairs they made (run.py keys)
         keys = {site: load_client_keys(key_dir, site) for site in site_ids} if key_dir else None
-    pipe.send({site: k.public for site, k in keys.items()} if keys and service.keys_in_memory else {})
+    pipe.send({site: (k.public, k.signing_public) for site, k in keys.items()} if keys and service.keys_in_memory
+              else {})
     if not pipe.poll(service.start_timeout):
         raise SystemExit(f"{name}: the launcher sent no go-ahead within {service.start_timeout:g} s")
     service = service.with_shuffler(pipe.recv())
@@ -126,8 +127,23 @@ def host_main(name: str, site_ids: list[str], service: SiteService, log_path: st
     # The parent sentinel is a pipe the kernel closes when the launcher exits, even while it is
     # an unreaped zombie (a pid check would still find it "alive").
     parent = multiprocessing.parent_process() if watch_parent else None
+    from transport.registry import signing_keys_of
+
     sys.exit(run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys,
-                      parent_alive=parent.is_alive if parent else None))
+                      parent_alive=parent.is_alive if parent else None,
+                      registered=lambda: signing_keys_of(service.registry)))
+
+
+def host_identities(keys: dict | None, registered) -> dict:
+    """Each site's identity for secure sums (protocol.secagg.identity): its signing key, derived
+    from its CURVE secret, and the registry's signing keys, read once for the whole host when
+    first needed. No keys (plain TCP): no identities, and no actively secure sums."""
+    from functools import cache
+
+    from protocol.secagg.identity import SiteIdentity
+
+    once = cache(registered)
+    return {site: SiteIdentity(site, k.signing_key(), once) for site, k in (keys or {}).items()}
 
 
 def host_title(name: str, site_ids: list[str]) -> str:
@@ -135,10 +151,12 @@ def host_title(name: str, site_ids: list[str]) -> str:
 
 
 def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict | None,
-             shuffler_keys: dict | None, parent_alive=None) -> int:
+             shuffler_keys: dict | None, parent_alive=None, registered=dict) -> int:
     """Serve `site_ids` from this process as `service` says until they finish (sites.host.serve's
     exit code). keys: site id -> its CurveZMQ key pair (None: plain TCP); shuffler_keys likewise
-    for the shuffler. The service's plugins are loaded first, so that the sites know them by name."""
+    for the shuffler; registered(): the party registry's signing keys of the sites (read once,
+    when a secure sum first needs them), against which each site checks its peers (issue 48).
+    The service's plugins are loaded first, so that the sites know them by name."""
     os.environ["QUORUM_SITE"] = "1"   # models.base: one torch thread per site process
     os.umask(0o077)  # a site's shards, model copies, account and log: its own user's only
     from sites.agent import SiteAgent
@@ -158,6 +176,7 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
     context = host_context(len(site_ids), service.shuffler is not None)
     trials = TrialCache(service.workdir, site_ids, world=service.world)
     commit = GroupCommit()  # one sync makes all the host's new account records durable
+    identities = host_identities(keys, registered)
     agents: list = []
     on_crash = crash_policy(agents)
     for site_id in site_ids:
@@ -167,7 +186,8 @@ def run_host(name: str, site_ids: list[str], service: SiteService, *, keys: dict
             keys=keys[site_id] if keys else None,
             faults=FaultInjector(list(service.fault_rules), site_id, service.seed) if service.fault_rules else None,
             shuffler=shuffler, budget=service.budget, policy=service.policy, on_crash=on_crash,
-            shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None, commit=commit))
+            shuffler_keys=shuffler_keys[site_id] if shuffler_keys else None, commit=commit,
+            identity=identities.get(site_id)))
     if len(site_ids) > 1:
         logging.getLogger("quorum.host").info("%s (pid %d): %d sites", title, os.getpid(), len(site_ids))
     code = serve(agents, parent_alive=parent_alive, idle_timeout=service.idle_timeout, commit=commit)
@@ -300,7 +320,7 @@ class SiteHosts:
 
     def start(self, before_serve=None) -> None:
         """Start the hosts; each makes (or loads) its sites' key pairs and sends the public halves.
-        `before_serve(publics)` (site -> Z85 public key, empty without in-memory keys) admits them
+        `before_serve(publics)` (site -> (Z85 public key, Z85 signing key), empty without in-memory keys) admits them
         and returns the shuffler's endpoint or None, which the hosts then serve with; without it
         they serve with the service's. RuntimeError when a host dies or stays silent first."""
         with caller_not_reimported():

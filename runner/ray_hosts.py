@@ -119,7 +119,7 @@ def _actor_class():
 
             keys = client_keys_in_memory(sites, coordinator_public)
             self.keys.update(keys)
-            return {site: k.public for site, k in keys.items()}
+            return {site: (k.public, k.signing_public) for site, k in keys.items()}
 
         def serve(self, name: str, site_ids: list[str], service, log_dir: str, registry: str | None = None) -> int:
             """Serve; `registry`: the party registry's text (transport.registry), from which the
@@ -144,7 +144,9 @@ def _actor_class():
             shuffler_keys = None
             if keys and service.shuffler:
                 shuffler_keys = for_server(keys, parse_registry(json.loads(registry), "the run's registry").shuffler.key)
-            return run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys)
+            parsed = parse_registry(json.loads(registry), "the run's registry") if registry else None
+            return run_host(name, site_ids, service, keys=keys, shuffler_keys=shuffler_keys,
+                            registered=lambda: parsed.signing_keys() if parsed else {})
 
     return SiteHostActor
 
@@ -219,7 +221,7 @@ class RayHosts:
         service = self.service.with_shuffler(before_serve(publics)) if before_serve is not None else self.service
         # a node may not see the run's directory: the registry goes with the code and the scenario,
         # as the launcher (playing the operators' part) hands a host everything it starts with
-        registry = Path(service.registry).read_text() if service.registry and service.shuffler else None
+        registry = Path(service.registry).read_text() if service.registry else None
         for name, group in self.sites.items():
             ref = self.actors[name].serve.remote(name, group, service, str(self.log_dir), registry)
             self._serving[ref] = name

@@ -310,6 +310,11 @@ def _policy_checks(s: dict):
         if refusal is not None:
             yield ScenarioError(f"methods[{index}]", f"a method the sites' policy (sites.policy) allows; {refusal}",
                                 spec["label"])
+        mode = (spec.get("secagg") or {}).get("mode") if isinstance(spec.get("secagg"), dict) else None
+        if mode == "semi-honest" and policy.secagg != "semi-honest":
+            yield ScenarioError(f"methods[{index}].secagg.mode", "a secure sum the sites' policy takes part in: the "
+                                "semi-honest protocol trusts the coordinator to relay keys and survivors, and sites "
+                                "take it only where sites.policy.secagg says semi-honest", mode)
 
 
 def _budget_checks(s: dict):

@@ -44,13 +44,14 @@ class SiteAgent:
     def __init__(self, site_id: str, endpoint: str, workdir, trials: TrialCache, *, context: zmq.Context,
                  keys: ClientKeys | None = None, faults: FaultInjector | None = None, shuffler: str | None = None,
                  shuffler_keys: ClientKeys | None = None, budget: dict | None = None, policy: dict | None = None,
-                 on_crash=None, commit: GroupCommit | None = None) -> None:
+                 on_crash=None, commit: GroupCommit | None = None, identity=None) -> None:
         """commit: the host's group commit (a reply waits for the account records it follows to be
         made durable by the host's next flush); None: each record is fsync'ed before its reply."""
         self.site_id, self.faults, self.on_crash, self.commit = site_id, faults, on_crash, commit
         self.log = logging.getLogger(f"quorum.site.{site_id}")
         self.channel = DealerChannel(endpoint, site_id, keys=keys, context=context)
-        self.local = SiteLocal(site_id, workdir, budget=budget, trials=trials, policy=policy, commit=self.commit)
+        self.local = SiteLocal(site_id, workdir, budget=budget, trials=trials, policy=policy, commit=self.commit,
+                               identity=identity)
         self.outbox = Outbox(lambda peer, data: self.channel.send_raw([data]) or 0, faults)
         self.to_shuffler = None
         if shuffler is not None:

@@ -40,9 +40,11 @@ from stats.randomness import site_rng
 
 class SiteLocal:
     def __init__(self, site_id: str, workdir, budget: dict | None = None, trials: TrialCache | None = None,
-                 policy: dict | None = None, commit: GroupCommit | None = None) -> None:
+                 policy: dict | None = None, commit: GroupCommit | None = None, identity=None) -> None:
         """commit: the host's group commit (sites.storage.GroupCommit): account records are made
-        durable by its next flush, which the answer must wait for; None: fsync'ed at once."""
+        durable by its next flush, which the answer must wait for; None: fsync'ed at once.
+        identity: the site's signing key and party registry (protocol.secagg.identity), which its
+        secure sums need in the active mode; None: it takes part in none of those."""
         self.site_id, self.workdir, self.trials, self.commit = site_id, workdir, trials, commit
         self.trial: int | None = None
         self.seed = 0
@@ -56,6 +58,7 @@ class SiteLocal:
         except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
             records, self.broken = [], str(exc)
         self.policy = SitePolicy.from_spec(policy)
+        self.identity = None if identity is None else identity.with_policy(self.policy.secagg == "semi-honest")
         # the accounts of the sites this process serves share one record ledger (sites.trials)
         self.account = SiteAccount(Budget.from_spec(budget), records,
                                    ledger=trials.ledger if trials is not None else None)
@@ -130,6 +133,7 @@ class SiteLocal:
             rng = (PrivacyNoise() if method.site_noise and not self.policy.seeded
                    else site_rng(self.seed, self.trial, session, self.site_id))
             bound = self._halves[session] = (method_name, method.site(self.rows, rng, self.site_id))
+            bound[1].identity = self.identity
         half = bound[1]
         unseen = half.unseen_claim(phase, body)
         if unseen is not None and self.policy.unseen_claims == "refuse":

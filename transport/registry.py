@@ -1,4 +1,5 @@
-"""The party registry: who takes part in a federation, and each party's CurveZMQ public key.
+"""The party registry: who takes part in a federation, each party's CurveZMQ public key and each
+site's signing key.
 
 The shuffler is a party of its own (issue 47): a site must learn the shuffler's key from someone
 other than the coordinator, or a coordinator could start a "shuffler" of its own, holding its
@@ -8,7 +9,7 @@ every party; a party takes its peers' public keys from it and from nowhere else:
     {"parties": [
       {"name": "coordinator", "role": "coordinator", "key": "<Z85 public key, 40 characters>"},
       {"name": "shuffler", "role": "shuffler", "key": "...", "endpoint": "tcp://10.0.0.3:5600"},
-      {"name": "site-000", "role": "site", "key": "..."},
+      {"name": "site-000", "role": "site", "key": "...", "signing": "<Z85 Ed25519 public key>"},
       ...
     ]}
 
@@ -16,7 +17,11 @@ every party; a party takes its peers' public keys from it and from nowhere else:
   server holding any other), at the shuffler's `endpoint` when the registry gives one (where to
   connect, not whom to trust: a wrong endpoint meets a failed handshake too);
 - the shuffler admits the registry's sites and no one else (its allow-list), dials the
-  registry's coordinator, and refuses to serve under a registry that names another key for it.
+  registry's coordinator, and refuses to serve under a registry that names another key for it;
+- a site checks the keys its peers advertise in a secure sum, and the survivor views they sign,
+  against the registry's `signing` keys (protocol.secagg.identity, issue 48): the coordinator
+  relays those messages but cannot sign them, so it can neither substitute a peer's keys nor
+  show two sites two survivor sets.
 
 Exactly one coordinator, named `coordinator`, and at most one shuffler, named `shuffler` (the ids
 the protocol routes by); no name, no key and no JSON field twice (one key under two names would
@@ -54,6 +59,7 @@ _PARTY = {"type": "map", "fields": {
     "role": {"type": "str", "choices": ["coordinator", "shuffler", "site"]},
     "key": {"type": "str"},
     "endpoint": {"type": "str", "default": None},
+    "signing": {"type": "str", "default": None},
 }}
 _REGISTRY = {"type": "map", "fields": {"parties": {"type": "list", "of": _PARTY, "min_len": 1}}}
 
@@ -64,6 +70,7 @@ class Party:
     role: str
     key: bytes  # Z85 public key
     endpoint: str | None = None
+    signing: bytes | None = None  # a site's Ed25519 public key (raw 32 bytes), when the registry has it
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class Registry:
     @property
     def shuffler(self) -> Party:
         return self.of_role("shuffler")
+
+    def signing_keys(self) -> dict[str, bytes]:
+        """site id -> its signing public key (raw): what a site checks its peers' signatures with."""
+        return {p.name: p.signing for p in self.parties.values() if p.role == "site" and p.signing is not None}
 
     def sites(self) -> dict[bytes, str]:
         """The sites' allow-list (public key -> site id), as transport.security.ServerKeys holds it."""
@@ -117,6 +128,7 @@ def parse_registry(raw, source: str) -> Registry:
     spec = validate(_REGISTRY, raw, "")
     parties: dict[str, Party] = {}
     keys: dict[bytes, str] = {}  # raw 32-byte key -> the first party with it
+    signings: dict[bytes, str] = {}  # likewise for the sites' signing keys
     roles: dict[str, str] = {}
     problems = []
     for index, entry in enumerate(spec["parties"]):
@@ -140,10 +152,22 @@ def parse_registry(raw, source: str) -> Registry:
         if entry["endpoint"] is not None and role != "shuffler":
             problems.append(ScenarioError(f"{field}.endpoint", "no endpoint here: only the shuffler's is read "
                                                                "(a site is told the coordinator's by --connect)"))
+        signing = entry["signing"]
+        if signing is not None and role != "site":
+            problems.append(ScenarioError(f"{field}.signing", "no signing key here: only sites sign in a secure sum"))
+        elif signing is not None and not _is_public_key(signing):
+            problems.append(ScenarioError(f"{field}.signing", "an Ed25519 public key: 40 characters of Z85, as in the "
+                                                              "`signing-key` line of a site's .key file", signing))
+        elif signing is not None and z85.decode(signing) in signings:
+            problems.append(ScenarioError(f"{field}.signing", f"a signing key no other site has "
+                                                              f"({signings[z85.decode(signing)]} has this one)", signing))
+        if signing is not None and _is_public_key(signing):
+            signings.setdefault(z85.decode(signing), name)
         if _is_public_key(key):
             keys.setdefault(z85.decode(key), name)
         roles.setdefault(role, field)
-        parties.setdefault(name, Party(name, role, key.encode("ascii"), entry["endpoint"]))
+        parties.setdefault(name, Party(name, role, key.encode("ascii"), entry["endpoint"],
+                                       z85.decode(signing) if signing is not None and _is_public_key(signing) else None))
     if "coordinator" not in roles:
         problems.append(ScenarioError("parties", "one party with role 'coordinator'"))
     if len(problems) == 1:
@@ -154,14 +178,17 @@ def parse_registry(raw, source: str) -> Registry:
 
 
 def write_registry(path: str | Path, *, coordinator: bytes, sites: dict[str, bytes], shuffler: bytes | None = None,
-                   shuffler_endpoint: str | None = None) -> Path:
-    """The registry of these parties' public keys (Z85) in `path`, checked as it will be read
-    (ScenarioError otherwise) and replaced whole (a reader never sees half a file)."""
+                   shuffler_endpoint: str | None = None, signing: dict[str, bytes] | None = None) -> Path:
+    """The registry of these parties' public keys (Z85) in `path`, with the sites' signing keys
+    (Z85) that `signing` has, checked as it will be read (ScenarioError otherwise) and replaced
+    whole (a reader never sees half a file)."""
+    signing = signing or {}
     parties = [{"name": COORDINATOR_KEY, "role": "coordinator", "key": coordinator.decode("ascii")}]
     if shuffler is not None:
         parties.append({"name": SHUFFLER, "role": "shuffler", "key": shuffler.decode("ascii"),
                         **({"endpoint": shuffler_endpoint} if shuffler_endpoint else {})})
-    parties += [{"name": site, "role": "site", "key": key.decode("ascii")} for site, key in sites.items()]
+    parties += [{"name": site, "role": "site", "key": key.decode("ascii"),
+                 **({"signing": signing[site].decode("ascii")} if site in signing else {})} for site, key in sites.items()]
     raw = {"parties": parties}
     path = Path(path)
     parse_registry(raw, str(path))
@@ -176,7 +203,7 @@ def registry_from_keys(directory: str | Path, path: str | Path, shuffler_endpoin
     """The registry of the public keys the parties sent, collected in `directory` (coordinator.key,
     shuffler.key when there is one, every other NAME.key a site's), written to `path`: what the
     operators of a multi-host deployment give every party. Secret halves there are ignored."""
-    from transport.security import load_public_key
+    from transport.security import load_public_key, load_signing_key
 
     directory = Path(directory)
     names = sorted(p.name.removesuffix(".key") for p in directory.glob("*.key"))
@@ -185,8 +212,9 @@ def registry_from_keys(directory: str | Path, path: str | Path, shuffler_endpoin
                                 f"(run.py keys --dir DIR --coordinator)")
     shuffler = load_public_key(directory, SHUFFLER) if SHUFFLER in names else None
     sites = {name: load_public_key(directory, name) for name in names if name not in (COORDINATOR_KEY, SHUFFLER)}
+    signing = {name: key for name in sites if (key := load_signing_key(directory, name)) is not None}
     return write_registry(path, coordinator=load_public_key(directory, COORDINATOR_KEY), sites=sites,
-                          shuffler=shuffler, shuffler_endpoint=shuffler_endpoint)
+                          shuffler=shuffler, shuffler_endpoint=shuffler_endpoint, signing=signing)
 
 
 def shuffler_public(path: str | Path | None) -> bytes:
@@ -231,3 +259,9 @@ def _is_public_key(text: str) -> bool:
         return len(z85.decode(text)) == 32
     except (ValueError, KeyError, TypeError, struct.error):  # not ASCII, not Z85, a group above 2^32
         return False
+
+
+def signing_keys_of(path: str | Path | None) -> dict[str, bytes]:
+    """The sites' signing keys in the registry at `path` ({} when there is none: a site given no
+    registry can verify no peer, and refuses an actively secure sum naming the first)."""
+    return {} if path is None else read_registry(path).signing_keys()

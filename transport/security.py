@@ -65,6 +65,20 @@ class ClientKeys:
     public: bytes
     secret: bytes
 
+    def signing_key(self):
+        """This party's Ed25519 signing key, derived from its CURVE secret (protocol.secagg.identity):
+        what it signs its secure-sum keys and survivor views with (issue 48)."""
+        from protocol.secagg.identity import signing_key_from_curve
+
+        return signing_key_from_curve(z85.decode(self.secret))
+
+    @property
+    def signing_public(self) -> bytes:
+        """The public half of `signing_key()`, Z85: what goes to the party registry beside `public`."""
+        from protocol.secagg.identity import signing_public
+
+        return z85.encode(signing_public(self.signing_key()))
+
 
 class DuplicateKeyError(ValueError):
     """Two site ids with one public key; str(error) names both."""
@@ -132,9 +146,27 @@ def generate_keys(directory: str | Path, site_ids) -> Path:
 
 
 def make_key_pair(directory: Path, name: str) -> None:
-    """`name`.key (public) and `name`.key_secret (0600) in `directory`."""
+    """`name`.key (public) and `name`.key_secret (0600) in `directory`; the public file also
+    holds the signing key derived from the secret (`signing-key`, read by load_signing_key)."""
     public, secret = zmq.auth.create_certificates(str(directory), name)
     os.chmod(secret, 0o600)
+    pair = zmq.auth.load_certificate(secret)
+    signing = ClientKeys(b"", pair[0], pair[1]).signing_public
+    text = Path(public).read_text()
+    Path(public).write_text(text.replace("curve\n", f"curve\n    signing-key = \"{signing.decode('ascii')}\"\n", 1))
+
+
+def load_signing_key(directory: str | Path, name: str) -> bytes | None:
+    """`name`'s signing public key (Z85) from its .key file, or None when the file has none (keys
+    made before issue 48)."""
+    path = Path(directory) / f"{name}.key"
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() == "signing-key":
+            return value.strip().strip('"').encode("ascii")
+    return None
 
 
 def new_key_pair() -> tuple[bytes, bytes]:
@@ -179,13 +211,14 @@ def read_site_publics(directory: str | Path) -> dict[str, bytes]:
             (line.split() for line in path.read_text().splitlines() if line.strip())}
 
 
-def write_public_key(directory: str | Path, name: str, public: bytes) -> Path:
+def write_public_key(directory: str | Path, name: str, public: bytes, signing: bytes | None = None) -> Path:
     """`name`.key holding only a public key (Z85), in the certificate format load_certificate reads:
     what a site host sends the coordinator; its secret half never leaves the host."""
     z85.decode(public)  # a key that does not decode is refused here, not at the handshake
     path = Path(directory) / f"{name}.key"
+    signed = f"    signing-key = \"{signing.decode('ascii')}\"\n" if signing else ""
     path.write_text(f"#   ZeroMQ CURVE Public Certificate of {name}: made by its host, whose secret stays there\n\n"
-                    f"metadata\ncurve\n    public-key = \"{public.decode('ascii')}\"\n")
+                    f"metadata\ncurve\n{signed}    public-key = \"{public.decode('ascii')}\"\n")
     return path
 
 

@@ -1,10 +1,12 @@
-"""Secure aggregation bodies (protocol.secagg): what a site may send in each of its four phases.
+"""Secure aggregation bodies (protocol.secagg): what a site may send in each of its phases.
 
-  advertise  {"keys": {"c": 32 bytes, "s": 32 bytes}}          two X25519 public keys
+  advertise  {"keys": {"c": 32 bytes, "s": 32 bytes,           two X25519 public keys, and in the
+                       "sig": 64 bytes}}                       active mode their Ed25519 signature
   share      {"shares": {site: ciphertext}}                    AES-GCM, one per neighbour
   mask       {"masked": {"bits": k, "data": bytes}}            the masked vector y_u: elements
                                                                of Z_M, M = 2^k, little-endian,
                                                                1, 2, 4 or 8 bytes each
+  consistency {"signature": 64 bytes}                          (active) the site's signed view
   unmask     {"unmask": {"b": {site: 33 bytes}, "s": {...}}}   Shamir shares of seeds and keys
 The payload information is length * log2(M) bits for the masked vector (what the sum needs);
 keys and shares are the protocol's overhead, shown apart by phase in the ledger.
@@ -15,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from protocol.codecs.base import Codec, PayloadError
+from protocol.secagg.identity import SIGNATURE_BYTES
 from protocol.secagg.primitives import KEY_BYTES, NONCE_BYTES
 from protocol.secagg.protocol import masked_bytes_width
 from protocol.secagg.shamir import SHARE_BYTES, PRIME
 
-KINDS = ("keys", "shares", "masked", "unmask")
+KINDS = ("keys", "shares", "masked", "signature", "unmask")
 MAX_CIPHERTEXT = 1024
 
 
@@ -44,11 +47,18 @@ class SecAggDDG(Codec):
         return kind, getattr(self, f"_decode_{kind}")(payload)
 
     def _decode_keys(self, payload):
-        if not isinstance(payload, dict) or set(payload) != {"c", "s"}:
-            raise PayloadError(f"{self.name}: keys must be {{c, s}}")
-        if any(not isinstance(v, bytes) or len(v) != KEY_BYTES for v in payload.values()):
+        if not isinstance(payload, dict) or set(payload) not in ({"c", "s"}, {"c", "s", "sig"}):
+            raise PayloadError(f"{self.name}: keys must be {{c, s}} or {{c, s, sig}}")
+        if any(not isinstance(payload[k], bytes) or len(payload[k]) != KEY_BYTES for k in ("c", "s")):
             raise PayloadError(f"{self.name}: a public key is {KEY_BYTES} bytes")
+        if "sig" in payload:
+            self._decode_signature(payload["sig"])
         return dict(payload)
+
+    def _decode_signature(self, payload):
+        if not isinstance(payload, bytes) or len(payload) != SIGNATURE_BYTES:
+            raise PayloadError(f"{self.name}: a signature is {SIGNATURE_BYTES} bytes")
+        return payload
 
     def _decode_shares(self, payload):
         if not isinstance(payload, dict) or not all(isinstance(k, str) for k in payload):
@@ -97,7 +107,9 @@ class SecAggDDG(Codec):
             bits, vector = payload
             return len(vector) * bits
         if kind == "keys":
-            return 2 * 8 * KEY_BYTES
+            return 8 * sum(len(v) for v in payload.values())
+        if kind == "signature":
+            return 8 * SIGNATURE_BYTES
         if kind == "shares":
             return 8 * sum(len(v) for v in payload.values())
         return 8 * SHARE_BYTES * (len(payload["b"]) + len(payload["s"]))

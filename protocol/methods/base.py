@@ -83,6 +83,11 @@ class Decided(CoordinatorHalf):
 
 
 class SiteHalf(ABC):
+    #: the site's long-term identity (protocol.secagg.identity.SiteIdentity: its signing key, the
+    #: party registry's keys of the others, its secure-sum policy), set by the site's driver on
+    #: the half it builds; a half that signs or verifies peers reads it, others ignore it
+    identity = None
+
     @abstractmethod
     def answer(self, phase: str, body: Mapping[str, Any]) -> Any: ...
 

@@ -29,8 +29,8 @@ from protocol.methods.base import SHORTFALL_SPEC, CoordinatorHalf, Decided, Meth
 from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
-from protocol.methods.secure_sum import (SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, advertise_shape,
-                                        graph_shape)
+from protocol.methods.secure_sum import (SECAGG_SPEC, SECURE_SUM_PHASES, SecureSumCoordinator, SecureSumSite,
+                                        advertise_shape, graph_shape)
 from protocol.noise import discrete_gaussian, max_sigma2
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
@@ -45,7 +45,7 @@ MAX_BINS = 1 << 20
 class DDGQuantile(Method):
     name = "ddg_quantile"
     codec = "secagg_ddg"
-    phases = ("advertise", "share", "mask", "unmask")
+    phases = SECURE_SUM_PHASES
     PARAMS = {
         "epsilon": {"type": "float", "gt": 0},
         "delta": {"type": "float", "gt": 0, "lt": 1, "default": 1e-5},
@@ -123,7 +123,7 @@ class DDGQuantile(Method):
                     f"raise modulus_bits or lower epsilon")
         degree, threshold = self.graph_shape(m)
         try:
-            params = SecAggParams(bits, self.length(), degree, threshold, m)
+            params = SecAggParams(bits, self.length(), degree, threshold, m, self.secagg["mode"])
         except ValueError as exc:
             return f"secure aggregation parameters: {exc}"
         # the guarantee each site may count: as asked, for the planned inputs, which the unmask

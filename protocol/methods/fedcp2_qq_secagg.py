@@ -23,8 +23,8 @@ from protocol.codecs.secagg_ddg import SecAggDDG
 from protocol.methods.base import Decided, Outcome, RequestError, checked
 from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
 from protocol.methods.private_bin import REQUEST, PrivateQuantileBin, bin_spend, bins_from_request
-from protocol.methods.secure_sum import (SECAGG_SPEC, SecureSumCoordinator, SecureSumSite, advertise_shape,
-                                        graph_shape)
+from protocol.methods.secure_sum import (SECAGG_SPEC, SECURE_SUM_PHASES, SecureSumCoordinator, SecureSumSite,
+                                        advertise_shape, graph_shape)
 from protocol.secagg.protocol import Aggregate, SecAggParams
 from protocol.shuffle import anonymous_label
 from stats.dp import Bins
@@ -35,7 +35,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
 
     name = "fedcp2_qq_secagg"
     codec = "secagg_ddg"
-    phases = ("advertise", "share", "mask", "unmask")
+    phases = SECURE_SUM_PHASES
     PARAMS = {**AmplifiedBins.PARAMS, "secagg": SECAGG_SPEC}
     MODEL = "central: eps0-LDP one-hot bins, securely summed (FMT21)"
 
@@ -57,7 +57,8 @@ class FedCP2QQSecAgg(AmplifiedBins):
             return Decided(planned)
         bins = self._bins()
         try:
-            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, *graph_shape(self.secagg, m), m)
+            params = SecAggParams(max(8, math.ceil(math.log2(m + 1))), bins.count, *graph_shape(self.secagg, m), m,
+                                  self.secagg["mode"])
         except ValueError as exc:
             return Decided(Outcome.aborted(f"secure aggregation parameters: {exc}"))
         first = next(iter(planned.requests.values()))

@@ -1,6 +1,7 @@
 """Halves shared by methods whose sites' inputs are summed by secure aggregation.
 
-`SecureSumCoordinator` runs the four phases of protocol.secagg and hands the sum of the
+`SecureSumCoordinator` runs the phases of protocol.secagg (five in the active mode, four in the
+semi-honest one) and hands the sum of the
 surviving sites' vectors to the method's `finish(aggregate)`; `SecureSumSite` answers the
 phases, computing its input vector only when it masks. The secagg parameters, a fresh session
 nonce (bound into every derived key and ciphertext) and the method's own public parameters
@@ -31,8 +32,16 @@ import numpy as np
 from protocol.methods.base import (CoordinatorHalf, Outcome, RequestError, Send, SiteHalf, per_site_removed,
                                    request_digest)
 from protocol.secagg.graph import default_degree, default_threshold
-from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, NEXT_PHASE, Aggregate, SecAggClient,
-                                      SecAggParams, SecAggRefusal, SecAggServer)
+from protocol.phases import PhaseStep, PhaseTable
+from protocol.secagg.identity import SiteIdentity
+from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MODES, Aggregate,
+                                      SecAggClient, SecAggParams, SecAggRefusal, SecAggServer)
+
+#: a secure sum's phases (protocol.secagg.protocol.PHASE_TABLE): the consistency round comes
+#: between mask and unmask in the active mode only
+SECURE_SUM_PHASES = PhaseTable(PhaseStep("advertise", ("share",)), PhaseStep("share", ("mask",)),
+                               PhaseStep("mask", ("consistency", "unmask")), PhaseStep("consistency", ("unmask",)),
+                               PhaseStep("unmask"))
 
 
 #: the `secagg` parameter of a method that sums through SecAgg+ (its neighbour graph)
@@ -40,6 +49,9 @@ SECAGG_SPEC = {"type": "map", "fields": {
     "graph": {"type": "str", "choices": ["sparse", "full"], "default": "sparse"},
     "degree": {"type": "int", "min": 0, "default": 0},
     "threshold": {"type": "int", "min": 0, "default": 0},
+    # active: signed keys and a consistency round (a coordinator that lies gets an abort);
+    # semi-honest: the cheaper protocol, the coordinator trusted to relay faithfully
+    "mode": {"type": "str", "choices": list(MODES), "default": "active"},
 }}
 
 
@@ -94,11 +106,10 @@ class SecureSumCoordinator(CoordinatorHalf):
         return Send("advertise", requests)
 
     def advance(self, phase, answers, dropped):
-        if phase == "mask":
-            mixed = {site: why for site, why in dropped.items() if DIFFERENT_QUESTIONS in why}
-            if mixed:
-                return self.finish(Aggregate(None, sorted(answers), different_questions(mixed),
-                                             {**self.server.lost, **{s: f"mask: {why}" for s, why in dropped.items()}}))
+        lies = {site: why for site, why in dropped.items() if any(lie in why for lie in LIES)}
+        if lies:  # a site caught the coordinator's side lying: nothing more is asked, nothing unmasked
+            return self.finish(Aggregate(None, sorted(self.server.masked), caught_lying(lies),
+                                         {**self.server.lost, **{s: f"{phase}: {why}" for s, why in dropped.items()}}))
         expected = ANSWER_KIND[phase]
         good, lost = {}, dict(dropped)
         for site, (kind, value) in answers.items():
@@ -114,16 +125,22 @@ class SecureSumCoordinator(CoordinatorHalf):
             if reason:
                 masked = sorted(self.server.masked)
                 return self.finish(Aggregate(None, masked, f"{reason}; the sum was not unmasked", dict(self.server.lost)))
-        return Send(NEXT_PHASE[phase], step)
+        return Send(self.server.next_phase(phase), step)
 
 
-def different_questions(refusals: Mapping[str, str]) -> str:
-    """Why a secure sum ends when sites refused to mask because a neighbour answers another
-    question: nothing is unmasked, and the first refusal is quoted."""
-    site = sorted(refusals)[0]
-    return (f"the sites were asked different questions in one secure sum: {len(refusals)} refused to mask because "
-            f"a neighbour's shares answer another request (request digests differ), e.g. {site}: "
-            f"{refusals[site].removeprefix('refused: ')[:200]}; nothing was unmasked")
+def caught_lying(refusals: Mapping[str, str]) -> str:
+    """Why a secure sum ends when sites caught a lie (protocol.secagg.protocol.LIES): different
+    questions, keys not signed by the peer they are named for, or survivor sets that disagree.
+    Nothing is unmasked; the first refusal of the first kind found is quoted, naming the forgery."""
+    for lie, what in ((FORGED, "keys relayed in a peer's name that it did not sign"),
+                      (INCONSISTENT, "survivor sets that disagree, or too few signed"),
+                      (DIFFERENT_QUESTIONS, "different questions in one secure sum")):
+        caught = sorted(site for site, why in refusals.items() if lie in why)
+        if caught:
+            site = caught[0]
+            return (f"the coordinator's side was caught lying ({what}): {len(caught)} site(s) refused, e.g. {site}: "
+                    f"{refusals[site].removeprefix('refused: ')[:240]}; nothing was unmasked")
+    return ""
 
 
 class SecureSumSite(SiteHalf):
@@ -140,10 +157,14 @@ class SecureSumSite(SiteHalf):
 
     def __init__(self, site_id: str, make_vector: Callable[[Mapping[str, Any], SecAggParams], np.ndarray],
                  check: Callable[[Mapping[str, Any]], Any] = lambda public: None,
-                 digest: Callable[[Mapping[str, Any]], bytes] = advertise_digest) -> None:
+                 digest: Callable[[Mapping[str, Any]], bytes] = advertise_digest,
+                 identity: SiteIdentity | None = None) -> None:
         """digest: the request digest of the advertise request this site received (the method's
-        `request_digest`), to which its secure-aggregation half is bound."""
+        `request_digest`), to which its secure-aggregation half is bound. identity: the site's
+        signing key and the party registry (protocol.secagg.identity); its driver sets it
+        (sites.local), as the site's, not the method's."""
         self.site_id, self.make_vector, self.check, self.digest = site_id, make_vector, check, digest
+        self.identity = identity
         self.public: Mapping[str, Any] = {}
         self.client: SecAggClient | None = None
         self.claimed = 0  # the noisy inputs the sum was planned for (0: no claim)
@@ -157,11 +178,12 @@ class SecureSumSite(SiteHalf):
             self.claimed = int(getattr(spend, "contributors", 0) or 0)
             self.public = body["method"]
             self.client = SecAggClient(self.site_id, body["nonce"],
-                                       lambda params: self.make_vector(self.public, params), self.digest(body))
+                                       lambda params: self.make_vector(self.public, params), self.digest(body),
+                                       self.identity)
             body = {"params": body["params"]}
         elif self.client is None:
             raise RequestError(f"phase {phase!r} before advertise")
-        elif phase == "unmask":
+        elif phase in ("consistency", "unmask"):
             self._hold_to_claim(body)
         try:
             value = self.client.answer(phase, body)
@@ -191,7 +213,7 @@ class SecureSumSite(SiteHalf):
         return params is not None and params.full
 
     def unseen_claim(self, phase, body):
-        seen = self._seen_survivors(body) if phase == "unmask" else None
+        seen = self._seen_survivors(body) if phase in ("consistency", "unmask") else None
         if seen is not None and self.claimed > seen and not self._full_graph():
             return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {seen} survivors this "
                     f"site can see (itself and its neighbours, under a sparse graph): the global count is the "

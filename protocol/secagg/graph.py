@@ -40,3 +40,39 @@ def harary_neighbours(sites: Sequence[str], degree: int, rng: np.random.Generato
     for i, s in enumerate(order):
         out[s] = frozenset(order[(i + d) % m] for d in range(-half, half + 1) if d != 0)
     return out
+
+
+def graph_seed(nonce: int, context: bytes) -> bytes:
+    """The public seed of a session's arrangement: SHA-256 of its nonce and request digest. Every
+    site computes it, so the graph is part of what every site agrees on (issue 48): the
+    coordinator picks neither who neighbours whom nor a graph that falls apart in pieces."""
+    import hashlib
+
+    return hashlib.sha256(b"quorum-secagg-graph|" + str(int(nonce)).encode() + b"|" + bytes(context)).digest()
+
+
+def harary_by_index(count: int, degree: int, seed: bytes) -> "HararyArrangement":
+    """H(count, degree) over the Shamir indices 1..count, arranged by a permutation drawn from
+    `seed` (graph_seed): what the coordinator uses and each site checks its own neighbourhood
+    against (degree >= count - 1: the full graph)."""
+    return HararyArrangement(count, degree, seed)
+
+
+class HararyArrangement:
+    """The neighbours of each index 1..count in H(count, k) over a seeded arrangement: site at
+    position i of the permutation is joined to the k/2 positions either side (mod count)."""
+
+    def __init__(self, count: int, degree: int, seed: bytes) -> None:
+        self.count, self.full = count, degree >= count - 1
+        self.half = (degree + 1) // 2
+        if not self.full:
+            rng = np.random.Generator(np.random.PCG64(int.from_bytes(seed, "big")))
+            self.order = rng.permutation(count) + 1  # position -> index
+            self.position = np.empty(count + 1, dtype=np.int64)
+            self.position[self.order] = np.arange(count)
+
+    def neighbours(self, index: int) -> frozenset[int]:
+        if self.full:
+            return frozenset(range(1, self.count + 1)) - {index}
+        at = int(self.position[index])
+        return frozenset(int(self.order[(at + d) % self.count]) for d in range(-self.half, self.half + 1) if d != 0)

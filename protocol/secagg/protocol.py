@@ -35,8 +35,24 @@ the two of them different questions, and the site refuses to mask, naming it
 derivation of every pairwise mask key, so that even a site that did not check could not have its
 answer cancel against a neighbour's answer to another question: the sum would not unmask.
 
-Not implemented: the active-adversary extras of Bonawitz et al. (signatures on keys and the
-consistency round); the server is trusted to route faithfully, as in their semi-honest model.
+Two modes (SecAggParams.mode, in the request digest: every site runs the same one):
+
+  active       (the default) Bonawitz et al.'s protections against a server that lies (section 6,
+               figure 4's malicious variant), with SecAgg+'s neighbourhoods. Each site signs the
+               keys it advertises with its long-term key (protocol.secagg.identity), and checks
+               every peer's signature against the party registry before it shares anything, so a
+               key the coordinator made is refused, naming the peer (FORGED). The graph is drawn
+               from a seed every site computes (graph.graph_seed), and each site checks that the
+               peers it is sent are its neighbours in it. A consistency round comes between mask
+               and unmask: each survivor signs its view (the status of itself and each neighbour:
+               survived, dropped after sharing, or absent), and before it releases any unmasking
+               share it checks the signatures of at least t of its neighbourhood on views that
+               agree with its own wherever they overlap (under a full graph: the one survivor set),
+               so a coordinator that names different survivors to different sites gets no share,
+               and the session ends naming the disagreement (INCONSISTENT).
+  semi-honest  Bonawitz et al.'s figure 4 without those: cheaper by one round and the signatures,
+               with the server trusted to relay keys and survivor lists faithfully; only a study
+               whose sites' policies take it (protocol.policy `secagg`) can use it.
 """
 
 from __future__ import annotations
@@ -50,26 +66,40 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from protocol.secagg import primitives as crypto
-from protocol.secagg.graph import harary_neighbours
+from protocol.secagg.graph import graph_seed, harary_by_index
+from protocol.secagg.identity import SiteIdentity
 from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
 from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, unmask
 
 #: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
 #: sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
 PHASE_TABLE = (
-    # phase        answer kind   next phase
-    ("advertise", "keys", "share"),
-    ("share", "shares", "mask"),
-    ("mask", "masked", "unmask"),
-    ("unmask", "unmask", None),
+    # phase          answer kind   next phase: active       semi-honest
+    ("advertise", "keys", "share", "share"),
+    ("share", "shares", "mask", "mask"),
+    ("mask", "masked", "consistency", "unmask"),
+    ("consistency", "signature", "unmask", None),  # active only
+    ("unmask", "unmask", None, None),
 )
-PHASES = tuple(phase for phase, _, _ in PHASE_TABLE)
-ANSWER_KIND = {phase: kind for phase, kind, _ in PHASE_TABLE}
-NEXT_PHASE = {phase: after for phase, _, after in PHASE_TABLE}
+MODES = ("active", "semi-honest")
+ANSWER_KIND = {phase: kind for phase, kind, _, _ in PHASE_TABLE}
+NEXT_PHASE = {mode: {row[0]: row[2 + i] for row in PHASE_TABLE} for i, mode in enumerate(MODES)}
+#: each mode's phases in order
+MODE_PHASES = {mode: ("advertise", "share", "mask", *(("consistency",) if mode == "active" else ()), "unmask")
+               for mode in MODES}
+PHASES = MODE_PHASES["active"]
 MAX_LENGTH = 1 << 24
 #: what a site's refusal to mask says when a neighbour's shares answer another question (the
 #: coordinator half recognises it and ends the session with the reason)
 DIFFERENT_QUESTIONS = "asked different questions"
+#: a site's refusal when keys it was sent are not signed by the peer they are named for
+FORGED = "forged keys"
+#: a site's refusal when its neighbours signed other views of who survived, or not enough signed
+INCONSISTENT = "survivor sets disagree"
+#: refusals that mean the coordinator lied: the session ends with the first, nothing unmasked
+LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT)
+#: a view's statuses: survived (in U3), dropped after sharing (U2 \ U3), absent (not in U2)
+SURVIVED, DROPPED, ABSENT = b"S", b"D", b"A"
 
 
 class SecAggRefusal(ValueError):
@@ -80,15 +110,16 @@ class SecAggRefusal(ValueError):
 class SecAggParams:
     """Public parameters: ring Z_M with M = 2^modulus_bits, vector length, neighbourhood size k
     (k >= m - 1: full graph), the threshold t of the Shamir sharing, and m, the sites the session
-    asked (0: not said). Every site is sent the same parameters (they are in the request digest),
-    so every site knows whether the graph is full, and a claim of more inputs than m is a lie any
-    site can see (issue 48)."""
+    asked (0: not said), and the mode (active or semi-honest). Every site is sent the same
+    parameters (they are in the request digest), so every site knows whether the graph is full,
+    and a claim of more inputs than m is a lie any site can see (issue 48)."""
 
     modulus_bits: int
     length: int
     degree: int
     threshold: int
     sites: int = 0
+    mode: str = "active"
 
     def __post_init__(self):
         if not 1 <= self.modulus_bits <= 64:
@@ -106,6 +137,16 @@ class SecAggParams:
             raise ValueError(f"sites must be a count, got {self.sites!r}")
         if self.sites and self.degree > self.sites - 1:
             raise ValueError(f"degree {self.degree} exceeds the {self.sites - 1} other sites of the session")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.mode == "active"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return MODE_PHASES[self.mode]
 
     @property
     def full(self) -> bool:
@@ -118,7 +159,7 @@ class SecAggParams:
 
     def as_body(self) -> dict:
         return {"modulus_bits": self.modulus_bits, "length": self.length, "degree": self.degree,
-                "threshold": self.threshold, "sites": self.sites}
+                "threshold": self.threshold, "sites": self.sites, "mode": self.mode}
 
 
 def majority(holders: int) -> int:
@@ -171,6 +212,7 @@ class SecAggServer:
         self.shared: frozenset[str] = frozenset()  # U2: sent valid shares (their ciphertexts are forwarded, not kept)
         self.masked: dict[str, np.ndarray] = {}
         self.lost: dict[str, str] = {}
+        self.full = False  # every live site is every other's neighbour
 
     def start(self) -> dict[str, dict]:
         return {s: {"params": self.params.as_body()} for s in self.sites}
@@ -183,15 +225,22 @@ class SecAggServer:
         if len(live) < t:
             return self._abort(f"only {len(live)} sites completed the {phase} phase; the threshold is {t}")
         after = {"advertise": self._after_advertise, "share": self._after_share, "mask": self._after_mask,
-                 "unmask": self._after_unmask}  # one handler per row of PHASE_TABLE
+                 "consistency": self._after_consistency, "unmask": self._after_unmask}  # a handler per row of PHASE_TABLE
         return after[phase](answers)
+
+    def next_phase(self, phase: str) -> str | None:
+        return NEXT_PHASE[self.params.mode][phase]
 
     def _after_advertise(self, answers) -> dict[str, dict]:
         self.keys = {s: answers[s] for s in sorted(answers)}
         live = sorted(self.keys)
         self.index = {s: i + 1 for i, s in enumerate(live)}
-        self.neighbours = harary_neighbours(live, min(self.params.degree, len(live) - 1), self.rng)
-        return {u: {"index": self.index[u], "threshold": self.params.threshold,
+        # the graph every site can recompute: its seed is public (the nonce and the question)
+        arrangement = harary_by_index(len(live), min(self.params.degree, len(live) - 1),
+                                      graph_seed(self.nonce, self.context))
+        self.neighbours = {s: frozenset(live[j - 1] for j in arrangement.neighbours(self.index[s])) for s in live}
+        self.full = arrangement.full
+        return {u: {"index": self.index[u], "threshold": self.params.threshold, "live": len(live),
                     "peers": {v: {"index": self.index[v], **self.keys[v]} for v in sorted(self.neighbours[u])}}
                 for u in live}
 
@@ -207,7 +256,9 @@ class SecAggServer:
                 for v in sorted(u2)}
 
     def _after_mask(self, answers) -> dict[str, dict]:
-        """answers: site -> (ring bits, vector) as the codec decoded them."""
+        """answers: site -> (ring bits, vector) as the codec decoded them. The survivors (U3) and
+        the dropped of each neighbourhood: the consistency round's question (active), or the
+        unmask request (semi-honest)."""
         for u, (bits, vector) in answers.items():
             if bits != self.params.modulus_bits or vector.shape != (self.params.length,):
                 self.lost[u] = f"mask: a vector of {vector.size} elements on 2^{bits}, not the session's ring"
@@ -219,6 +270,28 @@ class SecAggServer:
         lost_after_share = u2 - u3  # once, not per site: at 10,000 sites a set per site cost seconds
         return {v: {"survivors": sorted((self.neighbours[v] | {v}) & u3),
                     "dropped": sorted(self.neighbours[v] & lost_after_share)} for v in sorted(u3)}
+
+    def _after_consistency(self, answers) -> dict[str, dict]:
+        """answers: survivor -> its signature on its view (U4: the survivors that signed). Each
+        signer is sent the signatures of its neighbourhood's signers and, under a sparse graph,
+        their views (under a full graph every honest view is the same survivor set, which a site
+        rebuilds from its own)."""
+        signers = set(answers)
+        out = {}
+        for v in sorted(signers):
+            near = sorted((self.neighbours[v] | {v}) & signers)
+            body = {"signatures": {w: answers[w] for w in near}}
+            if not self.full:
+                body["views"] = {w: self.view(w) for w in near}
+            out[v] = body
+        return out
+
+    def view(self, site: str) -> bytes:
+        """What an honest `site` signs in the consistency round (SecAggClient._consistency): the
+        status of every index of its neighbourhood and itself, in index order."""
+        u3 = self.masked
+        return b"".join(SURVIVED if w in u3 else DROPPED if w in self.shared else ABSENT
+                        for w in sorted(self.neighbours[site] | {site}, key=self.index.__getitem__))
 
     def _after_unmask(self, answers) -> Aggregate:
         """The sum of the masked inputs less every survivor's self mask and the pairwise masks the
@@ -263,13 +336,17 @@ class SecAggClient:
     once, when the site masks, so a site that drops earlier never computes it."""
 
     def __init__(self, site_id: str, nonce: int, vector: Callable[[SecAggParams], np.ndarray],
-                 context: bytes = b"") -> None:
+                 context: bytes = b"", identity: SiteIdentity | None = None) -> None:
         """context: the request digest of the question this site answers (carried in its share
-        ciphertexts, compared with its neighbours', and bound into its mask keys)."""
+        ciphertexts, compared with its neighbours', and bound into its mask keys). identity: its
+        signing key and the registry's keys of the others (protocol.secagg.identity); without one
+        a site takes part in the semi-honest protocol only."""
         self.site_id, self.nonce, self.vector, self.context = site_id, nonce, vector, bytes(context)
+        self.identity = identity
         self.params: SecAggParams | None = None
         self.c_key = self.s_key = None
         self.index = 0
+        self.live = 0  # how many sites advertised (the graph's size), as the share request says
         self.peers: dict[str, dict] = {}
         self.own_shares: tuple[int, int] | None = None  # (s share, b share) this site keeps
         self.self_seed = b""
@@ -277,17 +354,21 @@ class SecAggClient:
         self.opened: dict[str, tuple[int, int]] = {}  # neighbour -> (s share, b share) it sent us
         self.share_keys: dict[str, bytes] = {}  # peer -> the AE key of our pair (the same both ways)
         self.done: set[str] = set()
+        self.survivors: list[str] = []  # the view this site signed (active) or was sent (semi-honest)
+        self.dropped: list[str] = []
+        self.view = b""
 
     def answer(self, phase: str, body: Mapping[str, Any]):
-        if phase not in PHASES:
+        phases = self.params.phases if self.params is not None else MODE_PHASES["active"]
+        if phase not in ANSWER_KIND:
             raise SecAggRefusal(f"secure aggregation has no phase {phase!r}")
         if phase in self.done:
             raise SecAggRefusal(f"phase {phase!r} was already answered in this session")
-        expected = PHASES[len(self.done)]
+        expected = phases[len(self.done)] if len(self.done) < len(phases) else None
         if phase != expected:
             raise SecAggRefusal(f"phase {phase!r} out of order: {expected!r} comes next")
         handle = {"advertise": self._advertise, "share": self._share, "mask": self._mask,
-                  "unmask": self._unmask}  # one handler per row of PHASE_TABLE
+                  "consistency": self._consistency, "unmask": self._unmask}  # a handler per row of PHASE_TABLE
         result = handle[phase](body)
         self.done.add(phase)
         return result
@@ -297,8 +378,19 @@ class SecAggClient:
             self.params = SecAggParams(**body["params"])
         except (TypeError, KeyError, ValueError) as exc:
             raise SecAggRefusal(f"bad secure-aggregation parameters: {exc}") from None
+        if self.params.active and self.identity is None:
+            raise SecAggRefusal("this site holds no signing key and no party registry: it cannot take part in the "
+                                "actively secure protocol (a site's signing key comes with its CURVE key: a run "
+                                "over plain TCP has none)")
+        if not self.params.active and self.identity is not None and not self.identity.semi_honest:
+            raise SecAggRefusal("site policy: secure sums in the semi-honest mode are not served (the coordinator "
+                                "would be trusted to relay keys and survivors faithfully; policy `secagg: "
+                                "semi-honest` takes part)")
         self.c_key, self.s_key = crypto.new_private_key(), crypto.new_private_key()
-        return {"c": crypto.public_bytes(self.c_key), "s": crypto.public_bytes(self.s_key)}
+        keys = {"c": crypto.public_bytes(self.c_key), "s": crypto.public_bytes(self.s_key)}
+        if self.params.active:
+            keys["sig"] = self.identity.sign(advertised(self.nonce, self.context, self.site_id, keys["c"], keys["s"]))
+        return keys
 
     def _share(self, body):
         params = self.params
@@ -310,14 +402,17 @@ class SecAggClient:
         if not params.threshold - 1 <= len(peers) <= params.degree:
             raise SecAggRefusal(f"{len(peers)} peers: need between t - 1 = {params.threshold - 1} and "
                                 f"k = {params.degree} (fewer holders than t could never rebuild my secrets)")
+        fields = {"index", "c", "s", "sig"} if params.active else {"index", "c", "s"}
         indices = {index}
         for v, info in peers.items():
-            if (not isinstance(info, dict) or set(info) != {"index", "c", "s"} or not _is_int(info["index"])
-                    or info["index"] < 1 or v == self.site_id):
+            if (not isinstance(v, str) or not isinstance(info, dict) or set(info) != fields
+                    or not _is_int(info["index"]) or info["index"] < 1 or v == self.site_id):
                 raise SecAggRefusal(f"malformed peer entry for {v!r}")
             indices.add(info["index"])
         if len(indices) != len(peers) + 1:
             raise SecAggRefusal("Shamir indices are not distinct")
+        if params.active:
+            self._check_peers(index, body.get("live"), peers)
         self.index, self.peers = index, dict(peers)
         self.self_seed = os.urandom(crypto.KEY_BYTES)
         holders = [index] + [info["index"] for info in peers.values()]
@@ -334,6 +429,26 @@ class SecAggClient:
                          + share_to_bytes(b_shares[info["index"]]) + self.context)
             out[v] = crypto.encrypt(key, plaintext, _associated(self.nonce, self.site_id, v))
         return out
+
+    def _check_peers(self, index: int, live, peers: Mapping[str, dict]) -> None:
+        """Active mode, before any share leaves: every peer's keys are signed by that peer's
+        registered key for this session and question (else FORGED, naming it), and the peers
+        are exactly my neighbours in the session's public graph over `live` sites."""
+        params = self.params
+        for v, info in sorted(peers.items()):
+            why = self.identity.verify(v, advertised(self.nonce, self.context, v, info["c"], info["s"]), info["sig"])
+            if why is not None:
+                raise SecAggRefusal(f"{FORGED}: the keys relayed for {v} were not signed by {v} for this session and "
+                                    f"question ({why}): refusing to share")
+        if not _is_int(live) or not params.threshold <= live <= (params.sites or live) or index > live:
+            raise SecAggRefusal(f"the share request says {live!r} sites advertised: not a count between the "
+                                f"threshold {params.threshold} and the {params.sites} sites asked, above my index")
+        expected = harary_by_index(live, min(params.degree, live - 1), graph_seed(self.nonce, self.context))
+        mine = expected.neighbours(index)
+        if {info["index"] for info in peers.values()} != mine:
+            raise SecAggRefusal(f"the peers I was sent are not my neighbours in the session's graph over {live} "
+                                f"sites (its seed is the nonce's and the question's): refusing to share")
+        self.live = live
 
     def _mask(self, body):
         params = self.params
@@ -360,10 +475,15 @@ class SecAggClient:
             y = add_mod(y, mask, bits) if self.index < self.peers[v]["index"] else sub_mod(y, mask, bits)
         return y
 
-    def _unmask(self, body):
+    def _take_view(self, body) -> None:
+        """The survivors and dropped of my neighbourhood as the coordinator names them, checked:
+        disjoint, me among the survivors, every one of them a neighbour whose shares I hold, at
+        least t survivors; in active mode every neighbour whose shares I hold is named one or the
+        other (so that my view says what I will answer for each)."""
         survivors, dropped = body.get("survivors"), body.get("dropped")
-        if not isinstance(survivors, list) or not isinstance(dropped, list):
-            raise SecAggRefusal("unmask request needs lists of survivors and dropped sites")
+        if (not isinstance(survivors, list) or not isinstance(dropped, list)
+                or not all(isinstance(v, str) for v in survivors + dropped)):
+            raise SecAggRefusal("the request needs lists of survivors and dropped sites")
         if set(survivors) & set(dropped):
             raise SecAggRefusal("a site is named both surviving and dropped: answering would reveal its input")
         if self.site_id not in survivors:
@@ -371,19 +491,75 @@ class SecAggClient:
         unknown = (set(survivors) | set(dropped)) - set(self.received) - {self.site_id}
         if unknown:
             raise SecAggRefusal(f"no share received from {sorted(unknown)}")
-        if len(survivors) < self.params.threshold:
-            raise SecAggRefusal(f"only {len(survivors)} survivors in my neighbourhood, threshold "
+        if len(set(survivors)) < self.params.threshold:
+            raise SecAggRefusal(f"only {len(set(survivors))} survivors in my neighbourhood, threshold "
                                 f"{self.params.threshold}: refusing to unmask")
+        if self.params.active and set(self.received) - set(survivors) - set(dropped):
+            raise SecAggRefusal(f"{INCONSISTENT}: neighbours whose shares I hold are named neither surviving nor "
+                                f"dropped: {sorted(set(self.received) - set(survivors) - set(dropped))[:5]}")
+        self.survivors, self.dropped = sorted(set(survivors)), sorted(set(dropped))
+
+    def _consistency(self, body):
+        """Active mode: sign my view of the survivors (Bonawitz et al.'s ConsistencyCheck round)."""
+        self._take_view(body)
+        status = {self.site_id: SURVIVED, **{v: SURVIVED for v in self.survivors},
+                  **{v: DROPPED for v in self.dropped}}
+        order = sorted([(self.index, self.site_id)] + [(info["index"], v) for v, info in self.peers.items()])
+        self.view = b"".join(status.get(v, ABSENT) for _, v in order)
+        return self.identity.sign(consistency(self.nonce, self.context, self.live, self.index, self.view))
+
+    def _unmask(self, body):
+        if self.params.active:
+            self._check_consistency(body)
+        else:
+            self._take_view(body)
         b_out, s_out = {self.site_id: share_to_bytes(self.own_shares[1])}, {}
-        for v in survivors + dropped:
+        for v in self.survivors + self.dropped:
             if v == self.site_id:
                 continue
             s_share, b_share = self.opened[v]
-            if v in dropped:
+            if v in self.dropped:
                 s_out[v] = share_to_bytes(s_share)
             else:
                 b_out[v] = share_to_bytes(b_share)
         return {"b": b_out, "s": s_out}
+
+    def _check_consistency(self, body) -> None:
+        """Active mode, before any unmasking share leaves: at least t signatures of my
+        neighbourhood (me included), each by a site I was told survived, each on a view that
+        agrees with mine wherever the two neighbourhoods overlap (under a full graph: on my own
+        view, the one survivor set). Anything else: INCONSISTENT, naming the site."""
+        signatures, views = body.get("signatures"), body.get("views")
+        if not isinstance(signatures, dict) or (views is not None and not isinstance(views, dict)):
+            raise SecAggRefusal("the unmask request needs the survivors' signatures")
+        threshold = self.params.threshold
+        if len(signatures) < threshold:
+            raise SecAggRefusal(f"{INCONSISTENT}: only {len(signatures)} of my neighbourhood signed the survivor set, "
+                                f"threshold {threshold}: refusing to unmask")
+        if self.site_id not in signatures:
+            raise SecAggRefusal(f"{INCONSISTENT}: my own signature is not among those relayed")
+        others = set(signatures) - set(self.survivors)
+        if others:
+            raise SecAggRefusal(f"{INCONSISTENT}: signatures from sites I was not told survived: {sorted(others)[:5]}")
+        arrangement = harary_by_index(self.live, min(self.params.degree, self.live - 1),
+                                      graph_seed(self.nonce, self.context))
+        mine = dict(zip(sorted(arrangement.neighbours(self.index) | {self.index}), self.view))
+        for v in sorted(signatures):
+            index = self.index if v == self.site_id else self.peers[v]["index"]
+            view = self.view if arrangement.full or v == self.site_id else (views or {}).get(v)
+            if not isinstance(view, bytes):
+                raise SecAggRefusal(f"{INCONSISTENT}: no view of {v}'s relayed with its signature")
+            theirs = sorted(arrangement.neighbours(index) | {index})
+            if len(view) != len(theirs):
+                raise SecAggRefusal(f"{INCONSISTENT}: the view relayed for {v} does not cover its neighbourhood")
+            disagree = [i for i, status in zip(theirs, view) if i in mine and mine[i] != status]
+            if disagree:
+                raise SecAggRefusal(f"{INCONSISTENT}: {v} was shown another survivor set (it disagrees with mine on "
+                                    f"{len(disagree)} site(s)): refusing to unmask")
+            why = self.identity.verify(v, consistency(self.nonce, self.context, self.live, index, view), signatures[v])
+            if why is not None:
+                raise SecAggRefusal(f"{INCONSISTENT}: {v} did not sign the survivor set relayed for it ({why}): "
+                                    f"refusing to unmask")
 
     def _open(self, sender: str) -> tuple[int, int]:
         key = self.share_keys[sender]  # agreed in the share phase: X25519 is symmetric
@@ -404,6 +580,26 @@ class SecAggClient:
                                 f"refusing to mask")
         return (share_from_bytes(plain[8:8 + SHARE_BYTES]),
                 share_from_bytes(plain[8 + SHARE_BYTES:8 + 2 * SHARE_BYTES]))
+
+
+def _framed(*parts: bytes) -> bytes:
+    """Parts joined unambiguously (each after its 4-byte length): what a site signs."""
+    return b"".join(struct.pack(">I", len(part)) + part for part in parts)
+
+
+def advertised(nonce: int, context: bytes, site: str, c_public: bytes, s_public: bytes) -> bytes:
+    """What a site signs in the advertise round (Bonawitz et al. figure 4, round 0, active):
+    its two public keys, bound to its name, the session nonce and the question."""
+    return _framed(b"quorum-secagg/advertise", str(int(nonce)).encode(), bytes(context), site.encode(),
+                   bytes(c_public), bytes(s_public))
+
+
+def consistency(nonce: int, context: bytes, live: int, index: int, view: bytes) -> bytes:
+    """What a survivor signs in the consistency round (figure 4, round 3, active): the status of
+    each site of its neighbourhood (`view`, in index order), its own index and the graph's size,
+    bound to the session nonce and the question."""
+    return _framed(b"quorum-secagg/consistency", str(int(nonce)).encode(), bytes(context),
+                   str(int(live)).encode(), str(int(index)).encode(), bytes(view))
 
 
 def _associated(nonce: int, sender: str, receiver: str) -> bytes:
