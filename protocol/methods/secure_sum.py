@@ -34,8 +34,8 @@ from protocol.methods.base import (CoordinatorHalf, Outcome, RequestError, Send,
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.phases import PhaseStep, PhaseTable
 from protocol.secagg.identity import SiteIdentity
-from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MODES, Aggregate,
-                                      SecAggClient, SecAggParams, SecAggRefusal, SecAggServer)
+from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MODES, OTHER_GRAPH,
+                                      Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer)
 
 #: a secure sum's phases (protocol.secagg.protocol.PHASE_TABLE): the consistency round comes
 #: between mask and unmask in the active mode only
@@ -134,6 +134,7 @@ def caught_lying(refusals: Mapping[str, str]) -> str:
     Nothing is unmasked; the first refusal of the first kind found is quoted, naming the forgery."""
     for lie, what in ((FORGED, "keys relayed in a peer's name that it did not sign"),
                       (INCONSISTENT, "survivor sets that disagree, or too few signed"),
+                      (OTHER_GRAPH, "a graph other than the session's public one"),
                       (DIFFERENT_QUESTIONS, "different questions in one secure sum")):
         caught = sorted(site for site, why in refusals.items() if lie in why)
         if caught:

@@ -96,8 +96,10 @@ DIFFERENT_QUESTIONS = "asked different questions"
 FORGED = "forged keys"
 #: a site's refusal when its neighbours signed other views of who survived, or not enough signed
 INCONSISTENT = "survivor sets disagree"
+#: a site's refusal when its peers are not its neighbours in the session's public graph
+OTHER_GRAPH = "not my neighbours in the session's graph"
 #: refusals that mean the coordinator lied: the session ends with the first, nothing unmasked
-LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT)
+LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH)
 #: a view's statuses: survived (in U3), dropped after sharing (U2 \ U3), absent (not in U2)
 SURVIVED, DROPPED, ABSENT = b"S", b"D", b"A"
 
@@ -446,8 +448,8 @@ class SecAggClient:
         expected = harary_by_index(live, min(params.degree, live - 1), graph_seed(self.nonce, self.context))
         mine = expected.neighbours(index)
         if {info["index"] for info in peers.values()} != mine:
-            raise SecAggRefusal(f"the peers I was sent are not my neighbours in the session's graph over {live} "
-                                f"sites (its seed is the nonce's and the question's): refusing to share")
+            raise SecAggRefusal(f"the peers I was sent are {OTHER_GRAPH} over {live} sites (its seed is the "
+                                f"nonce's and the question's): refusing to share")
         self.live = live
 
     def _mask(self, body):

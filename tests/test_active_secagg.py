@@ -1,0 +1,253 @@
+"""SecAgg+ against a coordinator that lies (issue 48 point 1): signed keys, the public graph and
+the consistency round, each attacked in-process by a coordinator that rewrites what it sends
+(protocol.secagg.protocol, active mode). The same attacks over real site processes are in
+tests/test_attacks.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocol.codecs.secagg_ddg import SecAggDDG
+from protocol.methods.base import RequestError, Send
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
+from protocol.secagg import primitives as crypto
+from protocol.secagg.graph import default_degree, default_threshold
+from protocol.secagg.identity import identities_in_memory, new_signing_key, signing_public
+from protocol.secagg.protocol import FORGED, INCONSISTENT, SecAggClient, SecAggParams, SecAggRefusal, add_mod
+
+BITS, LENGTH = 20, 16
+
+
+def inputs_for(m, seed=0):
+    rng = np.random.default_rng(seed)
+    return {f"site-{i:02d}": rng.integers(0, 1 << BITS, LENGTH, dtype=np.uint64) for i in range(m)}
+
+
+def run(inputs, *, degree=None, mode="active", rewrite=None, identities=None, drops=None, seed=0):
+    """One secure sum through the codec; rewrite(phase, requests) -> requests is the lying
+    coordinator (it changes what is sent, never the sites)."""
+    sites = sorted(inputs)
+    k = len(sites) - 1 if degree is None else degree
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), len(sites), mode)
+    identities = identities or identities_in_memory(sites, semi_honest=mode == "semi-honest")
+    coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, lambda aggregate: aggregate)
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s]) for s in sites}
+    codec, refusals, step = SecAggDDG(LENGTH), {}, coordinator.start()
+    while isinstance(step, Send):
+        requests = rewrite(step.phase, step.requests) if rewrite else step.requests
+        answers, dropped = {}, {}
+        for site, body in requests.items():
+            if site in (drops or {}).get(step.phase, ()):
+                dropped[site] = "no answer"
+                continue
+            try:
+                answers[site] = codec.decode(codec.encode(halves[site].answer(step.phase, body)))
+            except RequestError as exc:
+                dropped[site] = refusals[site] = f"refused: {exc}"
+        step = coordinator.advance(step.phase, answers, dropped)
+    return step, refusals
+
+
+def plain_sum(inputs, sites):
+    total = np.zeros(LENGTH, dtype=np.uint64)
+    for s in sites:
+        total = add_mod(total, inputs[s], BITS)
+    return total
+
+
+@pytest.mark.parametrize("degree", [None, 6], ids=["full", "sparse"])
+@pytest.mark.parametrize("mode", ["active", "semi-honest"])
+def test_an_honest_sum_is_bit_exact_in_both_modes_with_dropouts_in_every_phase(degree, mode):
+    inputs = inputs_for(12)
+    for phase in ("share", "mask", "consistency", "unmask"):
+        result, refusals = run(inputs, degree=degree, mode=mode, drops={phase: {"site-05"}})
+        assert result.ok and not refusals, result.reason
+        lost = {"site-05"} if phase in ("share", "mask") else set()
+        assert result.included == sorted(set(inputs) - lost)
+        assert np.array_equal(result.total, plain_sum(inputs, result.included))
+
+
+def substitute_keys(target):
+    """Key substitution: the target is sent keys of the coordinator's making for every peer."""
+    def rewrite(phase, requests):
+        if phase != "share":
+            return requests
+        body = dict(requests[target])
+        body["peers"] = {v: {**info, "c": crypto.public_bytes(crypto.new_private_key()),
+                             "s": crypto.public_bytes(crypto.new_private_key())} for v, info in body["peers"].items()}
+        return {**requests, target: body}
+    return rewrite
+
+
+@pytest.mark.parametrize("degree", [None, 6], ids=["full", "sparse"])
+def test_substituted_keys_are_refused_and_the_session_aborts_naming_the_forgery(degree):
+    result, refusals = run(inputs_for(10), degree=degree, rewrite=substitute_keys("site-03"))
+    assert not result.ok and result.total is None
+    assert set(refusals) == {"site-03"} and FORGED in refusals["site-03"]
+    assert "caught lying" in result.reason and "site-03" in result.reason and "were not signed by" in result.reason
+
+
+def test_in_the_semi_honest_mode_substituted_keys_are_taken_and_the_coordinator_opens_the_shares():
+    """What the active mode closes: the target encrypts its shares to keys the coordinator holds."""
+    inputs, target, made = inputs_for(10), "site-03", {}
+
+    def rewrite(phase, requests):
+        if phase != "share":
+            return requests
+        body = dict(requests[target])
+        peers = {}
+        for v, info in body["peers"].items():
+            made[v] = crypto.new_private_key()
+            peers[v] = {**info, "c": crypto.public_bytes(made[v])}
+        return {**requests, target: {**body, "peers": peers}}
+
+    sites = sorted(inputs)
+    params = SecAggParams(BITS, LENGTH, 9, default_threshold(9), 10, "semi-honest")
+    client = SecAggClient(target, 77, lambda p: inputs[target])
+    keys = client.answer("advertise", {"params": params.as_body()})
+    others = {v: SecAggClient(v, 77, lambda p, v=v: inputs[v]) for v in sites if v != target}
+    advertised = {v: c.answer("advertise", {"params": params.as_body()}) for v, c in others.items()}
+    peers = {v: {"index": i + 2, **advertised[v]} for i, v in enumerate(sorted(others))}
+    body = rewrite("share", {target: {"index": 1, "threshold": params.threshold, "peers": peers}})[target]
+    ciphertexts = client.answer("share", body)
+    opened = 0
+    for v, ct in ciphertexts.items():
+        key = crypto.agree(made[v], keys["c"], b"share", 77)
+        opened += bool(crypto.decrypt(key, ct, f"secagg|77|{target}|{v}".encode()))
+    assert opened == 9 >= params.threshold  # t shares of its self mask and mask key: its input is readable
+
+
+def equivocate_survivors(target, phase_name):
+    """Half the sites are told `target` dropped, the other half that it survived."""
+    def rewrite(phase, requests):
+        if phase != phase_name:
+            return requests
+        out = {}
+        for i, (site, body) in enumerate(sorted(requests.items())):
+            if i % 2 and site != target and target in body["survivors"]:
+                body = {**body, "survivors": [s for s in body["survivors"] if s != target],
+                        "dropped": sorted(body["dropped"] + [target])}
+            out[site] = body
+        return out
+    return rewrite
+
+
+@pytest.mark.parametrize("degree", [None, 6], ids=["full", "sparse"])
+def test_survivor_sets_that_differ_between_sites_end_the_session_before_any_share_is_released(degree):
+    released = []
+
+    def rewrite(phase, requests):
+        if phase == "unmask":
+            released.append(phase)
+        return equivocate_survivors("site-04", "consistency")(phase, requests)
+
+    result, refusals = run(inputs_for(12), degree=degree, rewrite=rewrite)
+    assert not result.ok and result.total is None
+    assert refusals and all(INCONSISTENT in why for why in refusals.values())
+    assert "caught lying" in result.reason and "survivor sets that disagree" in result.reason
+    # every site that refused did so in the unmask phase, before answering it: no share left it
+    assert released == ["unmask"]
+
+
+def test_a_survivor_list_shorter_than_the_claim_is_refused_at_the_consistency_round():
+    """Under a full graph the consistency round's survivor set is the session's: a claim of more
+    inputs than it holds is refused before anything is signed."""
+    from protocol.accounting import Spend
+
+    inputs = inputs_for(8)
+    sites = sorted(inputs)
+    identities = identities_in_memory(sites)
+    params = SecAggParams(BITS, LENGTH, 7, default_threshold(7), 8)
+    coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(0), {}, lambda a: a)
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s],
+                               check=lambda public: Spend("dp", 1.0, 1e-6, contributors=8)) for s in sites}
+    step = coordinator.start()
+    for _ in range(3):  # advertise, share, mask
+        answers = {s: SecAggDDG(LENGTH).decode(SecAggDDG(LENGTH).encode(halves[s].answer(step.phase, b)))
+                   for s, b in step.requests.items()}
+        step = coordinator.advance(step.phase, answers, {})
+    assert step.phase == "consistency"
+    body = dict(step.requests["site-00"])
+    body["survivors"] = body["survivors"][:6]
+    body["dropped"] = sorted(set(sites) - set(body["survivors"]))
+    with pytest.raises(RequestError, match="only 6 survivors named where the sum's noise was planned"):
+        halves["site-00"].answer("consistency", body)
+
+
+def test_a_view_altered_on_the_way_or_a_signature_from_another_session_does_not_verify():
+    def alter_view(phase, requests):
+        if phase != "unmask":
+            return requests
+        site = sorted(requests)[0]
+        body = requests[site]
+        other = next(v for v in sorted(body["views"]) if v != site)
+        view = bytearray(body["views"][other])
+        view[-1:] = b"A" if view[-1:] != b"A" else b"S"
+        return {**requests, site: {**body, "views": {**body["views"], other: bytes(view)}}}
+
+    result, refusals = run(inputs_for(12), degree=6, rewrite=alter_view)
+    assert not result.ok and len(refusals) == 1 and INCONSISTENT in next(iter(refusals.values()))
+
+    kept = {}
+
+    def replay_signature(phase, requests):  # a signature the peer made in an earlier session
+        if phase == "share" and "old" in kept:
+            target = sorted(requests)[0]
+            body = requests[target]
+            victim = sorted(body["peers"])[0]
+            return {**requests, target: {**body, "peers": {**body["peers"], victim: {**body["peers"][victim],
+                                                                                     "sig": kept["old"]}}}}
+        if phase == "share":
+            body = requests[sorted(requests)[0]]
+            kept["old"] = body["peers"][sorted(body["peers"])[0]]["sig"]
+        return requests
+
+    identities = identities_in_memory(sorted(inputs_for(10)))
+    first, _ = run(inputs_for(10), rewrite=replay_signature, identities=identities, seed=1)
+    assert first.ok
+    second, refusals = run(inputs_for(10), rewrite=replay_signature, identities=identities, seed=2)
+    assert not second.ok and FORGED in next(iter(refusals.values()))
+
+
+def test_a_peer_the_registry_does_not_list_and_a_graph_of_the_coordinators_choosing_are_refused():
+    inputs = inputs_for(10)
+    sites = sorted(inputs)
+    identities = identities_in_memory(sites)
+    stranger = new_signing_key()
+    # the registry of site-00 lacks site-01 (a key the coordinator registered nowhere)
+    registry = {name: key for name, key in identities["site-00"].peers().items() if name != "site-01"}
+    narrow = {**identities, "site-00": type(identities["site-00"])("site-00", identities["site-00"].key,
+                                                                    lambda: registry)}
+    result, refusals = run(inputs, identities=narrow)
+    assert not result.ok and "site-01 has no signing key in the party registry" in refusals["site-00"]
+    assert signing_public(stranger) not in registry.values()
+
+    def swap_peers(phase, requests):  # one peer of site-02 swapped for a far site, its keys genuine
+        if phase != "share":
+            return requests
+        body = requests["site-02"]
+        far = next(s for s in sorted(requests) if s not in body["peers"] and s != "site-02")
+        genuine = next(b["peers"][far] for b in requests.values() if far in b["peers"])  # signed by far itself
+        near = sorted(body["peers"])[0]
+        peers = {**{v: info for v, info in body["peers"].items() if v != near}, far: genuine}
+        return {**requests, "site-02": {**body, "peers": peers}}
+
+    result, refusals = run(inputs_for(16), degree=6, rewrite=swap_peers)
+    assert not result.ok and "not my neighbours in the session's graph" in refusals["site-02"]
+    assert "a graph other than the session's public one" in result.reason
+
+
+def test_a_site_takes_part_in_the_semi_honest_protocol_only_where_its_policy_says_so():
+    inputs = inputs_for(6)
+    strict = identities_in_memory(sorted(inputs))  # the default policy: active only
+    result, refusals = run(inputs, mode="semi-honest", identities=strict)
+    assert not result.ok and all("semi-honest mode are not served" in why for why in refusals.values())
+    result, refusals = run(inputs, mode="semi-honest")  # identities whose policy takes it
+    assert result.ok and not refusals
+
+
+def test_the_client_refuses_active_parameters_without_an_identity():
+    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
+    with pytest.raises(SecAggRefusal, match="no signing key"):
+        client.answer("advertise", {"params": SecAggParams(8, 4, 2, 2, 3).as_body()})
