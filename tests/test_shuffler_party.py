@@ -247,6 +247,11 @@ def test_a_registry_lists_each_party_and_key_once(tmp_path):
                                          shuffler_endpoint="tcp://10.0.0.3:5600",
                                          sites={"site-000": k[2].encode(), "site-001": k[3].encode()}))
     assert again.parties == registry.parties
+    # with the sites' signing keys (issue 48): what a site checks its peers' signatures with
+    signed = read_registry(write_registry(tmp_path / "s.json", coordinator=k[0].encode(),
+                                          sites={"site-000": k[2].encode(), "site-001": k[3].encode()},
+                                          signing={"site-000": k[1].encode()}))
+    assert signed.signing_keys() == {"site-000": z85.decode(k[1])}
 
 
 @pytest.mark.parametrize("change, field, words", [
@@ -264,8 +269,13 @@ def test_a_registry_lists_each_party_and_key_once(tmp_path):
     (lambda p, k: p[2].update(endpoint="tcp://x:1"), "parties[2].endpoint", "only the shuffler's"),
     (lambda p, k: p[2].update(port=1), "parties[2].port", "no field 'port' here"),
     (lambda p, k: p.pop(0), "parties", "one party with role 'coordinator'"),
+    (lambda p, k: (p[2].update(signing=k[0]), p[3].update(signing=k[0])), "parties[3].signing",
+     "a signing key no other site has (site-000 has this one)"),
+    (lambda p, k: p[1].update(signing=keys(1)[0]), "parties[1].signing", "only sites sign"),
+    (lambda p, k: p[2].update(signing="short"), "parties[2].signing", "an Ed25519 public key"),
 ], ids=["name-twice", "key-twice", "two-shufflers", "shuffler-name", "site-named-coordinator", "bad-key", "overflow-key",
-        "unknown-role", "site-endpoint", "unknown-field", "no-coordinator"])
+        "unknown-role", "site-endpoint", "unknown-field", "no-coordinator", "signing-key-twice", "shuffler-signs",
+        "bad-signing-key"])
 def test_a_bad_registry_is_refused_naming_the_file_and_field(tmp_path, change, field, words):
     k = keys(4)
     entries = parties(k)
@@ -329,9 +339,12 @@ def test_operators_run_a_shuffled_study_with_their_own_keys_and_registry(tmp_pat
     """Multi-host, on loopback: the coordinator's, the shuffler's and the site host's operators
     each make their own key pair (`run.py keys`), the registry is written from the public halves
     (`run.py registry`), and the shuffler (`run.py shuffler`) and the sites (`run.py site
-    --registry`) are started by their operators: the shuffled method answers with every site."""
+    --registry`) are started by their operators: the shuffled method answers with every site, and
+    so does an actively secure sum, whose sites check each other's signed keys and survivor views
+    against the signing keys in the operators' registry (issue 48)."""
     raw = yaml.safe_load(TINY.read_text())
-    raw.update(trials=1, methods=[{"name": "fedcp2_qq_shuffle", "epsilon": 5.0, "bins": BINS}])
+    raw.update(trials=1, methods=[{"name": "fedcp2_qq_shuffle", "epsilon": 5.0, "bins": BINS},
+                                  {"name": "fedcp2_qq_secagg", "epsilon": 5.0, "bins": BINS}])
     raw["sites"]["budget"] = {"epsilon": "unlimited"}
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(raw))
@@ -377,8 +390,12 @@ def test_operators_run_a_shuffled_study_with_their_own_keys_and_registry(tmp_pat
     assert coordinator.returncode == 0, output
     assert sites.returncode == 0, sites.stdout + sites.stderr
     assert shuffler.returncode == 0, shuffled
-    (row,) = RunDirectory(out).read_results()
-    assert row["status"] == "ok" and int(row["answered"]) == 4, row["reason"]
+    rows = RunDirectory(out).read_results()
+    assert [r["method"] for r in rows] == ["fedcp2_qq_shuffle", "fedcp2_qq_secagg"]
+    for row in rows:
+        assert row["status"] == "ok" and int(row["answered"]) == 4, row["reason"]
+    sites_listed = [p for p in json.loads(registry.read_text())["parties"] if p["role"] == "site"]
+    assert len(sites_listed) == 4 and all(p.get("signing") for p in sites_listed)  # from the operators' .key files
     log = (tmp_path / "shuffler-host" / "logs" / "shuffler.log").read_text()
     assert log.count("sealed message of") == 4
     # every secret stayed with its party: none in the run, none sent
