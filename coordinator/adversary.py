@@ -31,6 +31,19 @@ defences of a protocol can be tested (ours, or a plugin's). Each rule of the sce
   making, which dial the shuffler under fresh CURVE keys and send sealed messages carrying the
   honest sites' claim, so that the batch would count them towards the amplification the sites
   booked (Sybil contributors);
+- `substitute_keys`: in a secure sum's share phase, one `target` site (by default the first) is
+  sent, for every peer, X25519 keys of the coordinator's own making in place of the peer's (a
+  man in the middle). In the active mode their signatures do not verify and the target refuses
+  (FORGED); in the semi-honest mode the target encrypts its shares to the coordinator, which
+  opens them, rebuilds the target's self-mask seed and mask key from any t, and (sending the
+  target ciphertexts of its own making in the mask phase, so that it masks) reads its input;
+- `equivocate_survivors`: in the phase that names who survived (consistency in the active mode,
+  unmask in the semi-honest one), every second site (sorted) that lists the `target` survivor
+  (by default the first) is told instead that the target dropped, so that those send the
+  target's mask-key shares while the others send its self-mask shares. The active mode's
+  signed views disagree and no share is released (INCONSISTENT); the finding counts the
+  target's shares of each kind the coordinator received against the threshold t.
+
 - `repeat`: after the session, the same sites are asked the same question again in `times`
   fresh sessions of the same trial (averaging fresh noise away: a budget reset by new sessions);
 - `replay_request`: the session's request is sent again `times` times within the same session
@@ -44,6 +57,8 @@ only what the coordinator sends; the sites run unchanged.
 from __future__ import annotations
 
 import math
+import secrets
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -52,7 +67,8 @@ import numpy as np
 from stats.randomness import site_rng
 
 ATTACKS = ("replay_noise", "fabricated_table", "inflate_claim", "forbidden_method", "switch_method",
-           "batch_of_one", "repeat", "replay_request", "sybil", "equivocate")
+           "batch_of_one", "repeat", "replay_request", "sybil", "equivocate", "substitute_keys",
+           "equivocate_survivors")
 
 #: the most asks of `repeat` and `replay_request` (its fresh sessions take trial-local ids from
 #: REPEAT_FIRST up, above any method's own session index)
@@ -71,7 +87,9 @@ ATTACK_FIELDS = {
     "factor": {"type": "float", "gt": 1, "default": 100.0},  # inflate_claim
     "times": {"type": "int", "min": 1, "max": REPEAT_MAX, "default": 10},  # repeat, replay_request
     "count": {"type": "int", "min": 1, "max": 100, "default": 5},  # sybil: forged senders; equivocate (bins times this)
-    "target": {"type": "str", "default": ""},  # equivocate: the site asked another question ("": the first)
+    # equivocate: the site asked another question; substitute_keys: the site sent keys of the
+    # coordinator's making; equivocate_survivors: the survivor named dropped to half ("": the first)
+    "target": {"type": "str", "default": ""},
 }
 
 
@@ -90,6 +108,8 @@ def attack_problem(attack: dict, method) -> str | None:
         return "a one-phase method whose sites answer an exponential-mechanism bin (codec exp_mech_bins)"
     if kind == "equivocate" and method.codec not in ("shuffle", "secagg_ddg"):
         return "a shuffled or securely summed method (one question for every contributor is what it checks)"
+    if kind in ("substitute_keys", "equivocate_survivors") and method.codec != "secagg_ddg":
+        return "a securely summed method (codec secagg_ddg: it attacks the keys and survivor lists of SecAgg+)"
     return None
 
 
@@ -125,6 +145,11 @@ class Adversary:
         self.asked_otherwise = ""  # equivocate: what the target was asked, for the finding
         self.forged_tried: list[str] = []  # sybil: the senders the coordinator forged in this session
         self.forged_taken: set[str] = set()  # ... and those whose sealed message the shuffler took
+        self.phase = ""  # the phase last rewritten (observe follows it, for the same phase)
+        #: substitute_keys / equivocate_survivors: what the coordinator did and learnt in each
+        #: session ((trial, session) -> SecureSumLie); `lie` is the session under way
+        self.lies: dict[tuple[int, int], SecureSumLie] = {}
+        self.lie = SecureSumLie()
 
     def rule_for(self, trial: int, label: str) -> dict | None:
         for rule in self.rules:
@@ -136,6 +161,7 @@ class Adversary:
         record = AttackRecord(trial, label, rule["attack"])
         self.records.append(record)
         self.asked_otherwise = ""
+        self.lie = SecureSumLie()
         return record
 
     # -- rewriting what is sent ---------------------------------------------------------------
@@ -144,6 +170,11 @@ class Adversary:
                 phase_index: int) -> tuple[dict[str, dict], int]:
         """The requests (and the shuffled batch's minimum) the attacking coordinator sends instead."""
         kind = rule["attack"]
+        self.phase = phase
+        if kind == "substitute_keys":
+            return self.lie.substitute(rule["target"], phase, requests), minimum
+        if kind == "equivocate_survivors":
+            return self.lie.equivocate(rule["target"], phase, requests), minimum
         if kind == "fabricated_table" and phase_index > 0:
             return {site: {**body, "limits": fabricated_limits(body["limits"], rule["bins"])}
                     for site, body in requests.items()}, minimum
@@ -202,6 +233,10 @@ class Adversary:
                 record.finding = f"{told}; the batch was withheld: " + _short(withheld[0].split("withheld by the shuffler: ")[-1])
             elif " not caught" in record.finding or not record.finding:
                 record.finding = f"{told}; not caught: {record.answered} answers taken"
+        elif kind in ("substitute_keys", "equivocate_survivors"):
+            self.lies[(record.trial, session)] = self.lie
+            self.lie.observe(kind, self.phase, answers, refused)
+            record.finding = self.lie.finding(kind) or record.finding
 
     def observe_table(self, record: AttackRecord, release, site: str) -> None:
         """fabricated_table: how many of the released cell limits sit on the bin that holds the
@@ -236,6 +271,254 @@ class Adversary:
             chance += float(np.sum(p ** 2))
         record.finding = (f"replayed {hits} of {len(answers)} releases from the scenario seed "
                           f"(chance alone: {chance:.1f})")
+
+
+@dataclass
+class SecureSumLie:
+    """A lying coordinator's part in one secure sum (substitute_keys, equivocate_survivors): what
+    it sent in place of the honest requests, the keys it made, and what it got from the answers.
+    Everything here is the coordinator's own view; the sites run unchanged."""
+
+    target: str = ""
+    nonce: int | None = None
+    threshold: int = 0
+    advertised: dict = field(default_factory=dict)  # site -> its advertised {"c", "s"} public keys
+    index: dict = field(default_factory=dict)  # site -> its Shamir index (the share requests')
+    # substitute_keys
+    keys: dict = field(default_factory=dict)  # the target's peer -> (c, s) private keys of the coordinator's making
+    opened: dict = field(default_factory=dict)  # peer -> (s share, b share): the target's ciphertexts, opened
+    context: bytes = b""  # the question's digest, as read in the target's own plaintexts
+    rebuilt: tuple | None = None  # (mask key, self-mask seed) of the target, rebuilt from the opened shares
+    key_matches: bool = False  # the rebuilt mask key is the private half of the s key the target advertised
+    forged_to: list = field(default_factory=list)  # peers whose ciphertexts to the target the coordinator made
+    read: str = ""  # the target's input as the coordinator read it from its masked vector
+    # equivocate_survivors
+    listers: list = field(default_factory=list)  # the sites whose view lists the target
+    told_dropped: list = field(default_factory=list)  # ... of which these were told it dropped
+    b_shares: dict = field(default_factory=dict)  # holder index -> share of the target's self-mask seed
+    s_shares: dict = field(default_factory=dict)  # holder index -> share of the target's mask key
+    unmask_seen: bool = False
+    # both
+    refused: dict = field(default_factory=dict)  # site -> "phase: why", the first refusal of each site
+    note: str = ""  # why the attack could not be made as scripted
+
+    # -- what the coordinator sends ------------------------------------------------------------
+
+    def _session(self, phase: str, requests: dict[str, dict]) -> None:
+        if phase == "advertise" and requests:
+            body = next(iter(requests.values()))
+            self.nonce = body.get("nonce")
+            self.threshold = int((body.get("params") or {}).get("threshold") or 0)
+        if phase == "share":
+            self.index = {site: body.get("index") for site, body in requests.items()}
+
+    def substitute(self, target: str, phase: str, requests: dict[str, dict]) -> dict[str, dict]:
+        """The share request of the target with every peer's keys the coordinator's own; the mask
+        request of the target with ciphertexts of the coordinator's making (so that it masks)."""
+        from protocol.secagg import primitives as crypto
+        from protocol.secagg.protocol import _associated
+        from protocol.secagg.shamir import PRIME, share_to_bytes
+
+        self._session(phase, requests)
+        if phase == "share" and requests:
+            self.target = target = target or sorted(requests)[0]
+            if target not in requests or not isinstance(requests[target].get("peers"), dict):
+                self.note = f"{target} was not asked to share in this session"
+                return requests
+            peers = {}
+            for peer, info in sorted(requests[target]["peers"].items()):
+                c, s = crypto.new_private_key(), crypto.new_private_key()
+                self.keys[peer] = (c, s)
+                peers[peer] = {**info, "c": crypto.public_bytes(c), "s": crypto.public_bytes(s)}
+            return {**requests, target: {**requests[target], "peers": peers}}
+        if phase == "mask" and self.context and self.target in requests:
+            target, theirs = self.target, requests[self.target].get("ciphertexts") or {}
+            made = {}
+            for peer in sorted(theirs):
+                if peer not in self.keys:
+                    made[peer] = theirs[peer]
+                    continue
+                key = crypto.agree(self.keys[peer][0], self.advertised[target]["c"], b"share", self.nonce)
+                plain = (struct.pack(">II", self.index[peer], self.index[target])
+                         + share_to_bytes(secrets.randbelow(PRIME)) + share_to_bytes(secrets.randbelow(PRIME))
+                         + self.context)
+                made[peer] = crypto.encrypt(key, plain, _associated(self.nonce, peer, target))
+                self.forged_to.append(peer)
+            return {**requests, target: {**requests[target], "ciphertexts": made}}
+        return requests
+
+    def equivocate(self, target: str, phase: str, requests: dict[str, dict]) -> dict[str, dict]:
+        """Every second site (sorted) whose view lists the target among the survivors is told
+        that it dropped instead (the target keeps itself a survivor)."""
+        self._session(phase, requests)
+        if not requests or not all(isinstance(body.get("survivors"), list) for body in requests.values()):
+            return requests
+        self.target = target = target or sorted(requests)[0]
+        if target not in requests:
+            self.note = f"{target} was not among the survivors named in this session"
+            return requests
+        self.listers = sorted(site for site, body in requests.items()
+                              if site != target and target in body["survivors"])
+        self.told_dropped = self.listers[::2]
+        out = dict(requests)
+        for site in self.told_dropped:
+            body = requests[site]
+            out[site] = {**body, "survivors": [v for v in body["survivors"] if v != target],
+                         "dropped": sorted({*body["dropped"], target})}
+        return out
+
+    # -- what came back -----------------------------------------------------------------------
+
+    def observe(self, kind: str, phase: str, answers: dict, refused: dict[str, str]) -> None:
+        for site, why in sorted(refused.items()):
+            self.refused.setdefault(site, f"{phase}: {why.removeprefix('refused: ')}")
+        values = {site: value[1] for site, value in answers.items()
+                  if isinstance(value, tuple) and len(value) == 2}
+        if phase == "advertise":
+            self.advertised = {site: keys for site, keys in values.items() if isinstance(keys, dict)}
+        elif kind == "substitute_keys" and phase == "share" and self.target in values:
+            self._open(values[self.target])
+        elif kind == "substitute_keys" and phase == "mask" and self.target in values and self.rebuilt:
+            self._read(*values[self.target])
+        elif kind == "equivocate_survivors" and phase == "unmask":
+            self.unmask_seen = True
+            for site, value in values.items():
+                if site in self.index and isinstance(value, dict):
+                    if self.target in value.get("b", {}):
+                        self.b_shares[self.index[site]] = value["b"][self.target]
+                    if self.target in value.get("s", {}):
+                        self.s_shares[self.index[site]] = value["s"][self.target]
+
+    def _open(self, ciphertexts: dict) -> None:
+        """The target's share ciphertexts to the peers whose keys the coordinator made, opened
+        (the pair key: the coordinator's c secret with the target's advertised c key), and its
+        mask key and self-mask seed rebuilt from them when there are t."""
+        from protocol.secagg import primitives as crypto
+        from protocol.secagg.protocol import _associated
+        from protocol.secagg.shamir import SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes
+        from protocol.secagg.unmasking import seed_bytes
+
+        target = self.target
+        for peer, (c, _) in sorted(self.keys.items()):
+            if peer not in ciphertexts or target not in self.advertised:
+                continue
+            key = crypto.agree(c, self.advertised[target]["c"], b"share", self.nonce)
+            try:
+                plain = crypto.decrypt(key, ciphertexts[peer], _associated(self.nonce, target, peer))
+            except crypto.DecryptionError:
+                continue
+            if len(plain) < 8 + 2 * SHARE_BYTES or struct.unpack(">II", plain[:8])[1] != self.index.get(peer):
+                continue
+            self.opened[peer] = (share_from_bytes(plain[8:8 + SHARE_BYTES]),
+                                 share_from_bytes(plain[8 + SHARE_BYTES:8 + 2 * SHARE_BYTES]))
+            self.context = plain[8 + 2 * SHARE_BYTES:]
+        if not self.threshold or len(self.opened) < self.threshold:
+            return
+        try:
+            s = reconstruct_secret({self.index[p]: shares[0] for p, shares in self.opened.items()}, self.threshold)
+            b = reconstruct_secret({self.index[p]: shares[1] for p, shares in self.opened.items()}, self.threshold)
+            mask_key = crypto.private_from_bytes(seed_bytes(s))
+        except (ShareError, ValueError):
+            return
+        self.rebuilt = (mask_key, seed_bytes(b))
+        self.key_matches = crypto.public_bytes(mask_key) == self.advertised[target]["s"]
+
+    def _read(self, bits: int, masked) -> None:
+        """The target's input: its masked vector less its self mask (the rebuilt seed) and the
+        pairwise masks it added against the coordinator's s keys (whose secrets it holds)."""
+        from protocol.secagg import primitives as crypto
+        from protocol.secagg.protocol import add_mod, sub_mod
+
+        x = np.asarray(masked, dtype=np.uint64)
+        x = sub_mod(x, crypto.mask_vector(self.rebuilt[1], x.size, bits), bits)
+        target = self.target
+        for peer in self.forged_to:
+            seed = crypto.agree(self.keys[peer][1], self.advertised[target]["s"], b"mask", self.nonce,
+                                self.context)
+            mask = crypto.mask_vector(seed, x.size, bits)
+            x = sub_mod(x, mask, bits) if self.index[target] < self.index[peer] else add_mod(x, mask, bits)
+        self.read = read_vector(x, bits)
+
+    def finding(self, kind: str) -> str:
+        caught = self._caught()
+        if self.note:
+            return self.note
+        if kind == "substitute_keys":
+            if not self.keys:
+                return "the session ended before any share request was sent"
+            told = f"{self.target} was sent keys of the coordinator's making for its {len(self.keys)} peers"
+            if self.target in self.refused and not self.opened:
+                return (f"{told}; it refused: {_short(self.refused[self.target])}"
+                        f"{'; the session ended, nothing unmasked' if caught else ''}")
+            t = self.threshold
+            opened = f"{told} and answered; opened {len(self.opened)} of the target's share ciphertexts"
+            if len(self.opened) < t:
+                return f"{opened}, fewer than t = {t}"
+            text = (f"{opened}: with t = {t} of them the coordinator rebuilds its self mask and mask key and reads "
+                    f"its input")
+            if self.rebuilt:
+                matches = "matches" if self.key_matches else "does NOT match"
+                text += f" (rebuilt here: the mask key {matches} the s key {self.target} advertised)"
+            if self.read:
+                text += (f"; with ciphertexts of the coordinator's making in the mask phase {self.target} masked, and "
+                         f"its input reads: {self.read}")
+            elif self.target in self.refused:
+                text += f"; {self.target} sent no masked input: {_short(self.refused[self.target])}"
+            others = sorted(site for site in self.refused if site != self.target)
+            if others:
+                text += f"; {len(others)} other sites refused, e.g. {others[0]}: {_short(self.refused[others[0]])}"
+            return text
+        if not self.listers:
+            return ("the session ended before any survivors were named"
+                    + (f": {_short(self.refused[min(self.refused)])}" if self.refused else ""))
+        told = (f"{self.target} was named dropped to {len(self.told_dropped)} of the {len(self.listers)} sites that "
+                f"list it ({', '.join(self.told_dropped)}), surviving to the others")
+        if caught:
+            site, why = caught
+            lying = sum(any(lie in w for lie in _lies()) for w in self.refused.values())
+            return f"{told}; {lying} sites refused, nothing unmasked: e.g. {site}: {_short(why)}"
+        text = told
+        if self.unmask_seen:
+            t, b, s = self.threshold, len(self.b_shares), len(self.s_shares)
+            holders = len(self.listers) + 1
+            text += (f"; the unmask answers carried {b} shares of {self.target}'s self-mask seed and {s} of its mask "
+                     f"key, t = {t}: ")
+            if b >= t and s >= t:
+                text += "both reached t: the coordinator can rebuild both and read its input from its masked vector"
+            else:
+                text += "not both reached t, its input stays hidden" + (
+                    f" (its {holders} holders send one share each, {holders} in all, fewer than 2t = {2 * t})"
+                    if holders < 2 * t else "")
+        others = {site: why for site, why in self.refused.items()}
+        if others:
+            site = min(others)
+            text += f"; {len(others)} sites refused, e.g. {site}: {_short(others[site])}"
+        return text
+
+    def _caught(self) -> tuple[str, str] | None:
+        lying = sorted((site, why) for site, why in self.refused.items() if any(lie in why for lie in _lies()))
+        return lying[0] if lying else None
+
+
+def _lies() -> tuple[str, ...]:
+    from protocol.secagg.protocol import LIES
+
+    return LIES
+
+
+def read_vector(x: np.ndarray, bits: int) -> str:
+    """A vector of Z_M in words, its entries read as signed (what a noisy histogram holds): a
+    one-hot vector named by its bin; a vector of small entries by its nonzero ones; anything else
+    (the masks did not come off) as such."""
+    half = 1 << (bits - 1)
+    signed = [int(v) - (1 << bits) if int(v) >= half else int(v) for v in x]
+    nonzero = [(i, v) for i, v in enumerate(signed) if v]
+    if len(nonzero) == 1 and nonzero[0][1] == 1:
+        return f"a one-hot vector, bin {nonzero[0][0]} of {len(signed)}"
+    if max((abs(v) for v in signed), default=0) < 1 << max(1, bits // 2):
+        shown = ", ".join(f"{i}: {v}" for i, v in nonzero[:8])
+        return f"{len(signed)} entries, {len(nonzero)} nonzero ({shown}{', ...' if len(nonzero) > 8 else ''})"
+    return f"{len(signed)} entries that look uniform on Z_M (the masks did not come off)"
 
 
 def fabricated_limits(limits: list[float], bins: int) -> list[float]:

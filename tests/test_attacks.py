@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ PRIVATE_BINS = ROOT / "scenarios" / "attacks" / "private-bins.yaml"
 KANON_TABLE = ROOT / "scenarios" / "attacks" / "kanon-table.yaml"
 SECURE_SUM = ROOT / "scenarios" / "attacks" / "secure-sum.yaml"
 BUDGET = ROOT / "scenarios" / "attacks" / "budget.yaml"
+LYING = ROOT / "scenarios" / "attacks" / "lying-coordinator.yaml"
 
 
 def attacks_of(out: Path) -> dict[str, dict]:
@@ -96,8 +98,11 @@ def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_defa
 
 def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path):
     """Issue 47: site-003 is asked for ten times the bins in two secure sums (one-hot bins, DDG
-    histograms); it and its neighbours find each other's request digests in the share ciphertexts
-    and refuse to mask, and the session aborts naming it. The same sum asked honestly unmasks.
+    histograms). In the active mode (the default) each site signs its keys for the question it
+    was asked, so site-003's neighbours find its keys not signed for theirs, and site-003 theirs,
+    and refuse to share: the session aborts naming it (the semi-honest mode's catch, at mask, by
+    the digests inside the share ciphertexts, is tested in the lying-coordinator test below).
+    The same sum asked honestly unmasks.
     Issue 48: a claim of 100 times the inputs is refused by every site, under a full graph and a
     sparse one (the claim is more than the sites the session's parameters say it asked)."""
     run_study(load_scenario(SECURE_SUM).to_dict(), tmp_path)
@@ -111,18 +116,18 @@ def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_r
         assert "claimed for 800 inputs, more than the 8 sites the session asked" in row["finding"]
     for row, bins in zip(rows, (20, 32)):
         refused = int(row["refused"])
-        assert 4 <= refused <= 8 and "asked different questions: the shares from site-" in row["reasons"]
+        assert 4 <= refused <= 8 and "forged keys: the keys relayed for site-003 were not signed" in row["reasons"]
         assert row["finding"].startswith(f"site-003 was asked for {10 * bins} bins where every other site was asked "
-                                         f"for {bins}; {refused} sites refused to mask, the sum was not unmasked: "
-                                         f"asked different questions")
+                                         f"for {bins}; {refused} sites refused, the sum was not unmasked: "
+                                         f"forged keys: the keys relayed for site-")
     results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
     assert results["honest_sum"]["status"] == "ok"
     for label in ("equivocated_sum", "equivocated_ddg"):
         assert results[label]["status"] == "aborted"
-        assert results[label]["reason"].startswith("secure aggregation: the sites were asked different questions in "
-                                                   "one secure sum")
+        assert results[label]["reason"].startswith("secure aggregation: the coordinator's side was caught lying (keys "
+                                                   "relayed in a peer's name that it did not sign)")
     events = [json.loads(line) for line in open(tmp_path / "events.jsonl")]
-    assert any(e["event"] == "dropout" and e.get("phase") == "mask" and "asked different questions" in e["reason"]
+    assert any(e["event"] == "dropout" and e.get("phase") == "share" and "forged keys" in e["reason"]
                for e in events)
 
 
@@ -153,10 +158,90 @@ def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
     raw["attacks"] = [{"attack": "fabricated_table", "method": "replayed"},
                       {"attack": "batch_of_one", "method": "nope"},
                       {"attack": "replay_noise", "method": "replayed", "trials": 9},
-                      {"attack": "equivocate", "method": "replayed"}]
+                      {"attack": "equivocate", "method": "replayed"},
+                      {"attack": "substitute_keys", "method": "replayed"},
+                      {"attack": "equivocate_survivors", "method": "replayed"}]
     with pytest.raises(ScenarioError) as caught:
         validate_scenario(raw)
     fields = {p.field for p in caught.value.problems}
-    assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials", "attacks[3].method"} <= fields
+    assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials", "attacks[3].method",
+            "attacks[4].method", "attacks[5].method"} <= fields
+    assert sum("codec secagg_ddg" in str(p) for p in caught.value.problems) == 2
     with pytest.raises(ValueError, match="processes backend"):
         run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path, backend="inprocess")
+
+
+def answered_phases(out: Path, label: str) -> set[str]:
+    """The phases of session `label` in which some site sent an answer (not a refusal)."""
+    return {r["phase"] for r in csv.DictReader(open(out / "ledger.csv"))
+            if r["method"] == label and r["direction"] == "up" and r["type"] == "response"}
+
+
+def test_a_coordinator_that_substitutes_keys_or_equivocates_survivors_is_caught_only_in_the_active_mode(tmp_path):
+    """Issue 48: a coordinator that lies about keys (substitute_keys: site-000 is sent keys of
+    its making for every peer) or about who survived (equivocate_survivors: half the sites that
+    list site-000 are told it dropped), over real site processes. In the active mode site-000
+    refuses the forged keys and the sites refuse to unmask on views that disagree: the sessions
+    end naming the lie and no unmasking share leaves any site. In the semi-honest mode, which the
+    sites' policy takes here, the forged keys work: the coordinator opens site-000's share
+    ciphertexts, rebuilds its mask key (the private half of the key it advertised) and self-mask
+    seed, and reads its one-hot input from its masked vector. Equivocating the survivors gets it
+    t shares of one of site-000's secrets at most, never of both (a strict-majority threshold),
+    and under a full graph the sites' claim check refuses a survivor set smaller than the claim.
+    Last, issue 47's equivocate in the semi-honest mode (no signed keys): the digests inside the
+    share ciphertexts catch it, and the sites refuse to mask."""
+    run_study(load_scenario(LYING).to_dict(), tmp_path)
+    rows = {row["method"]: row for row in csv.DictReader(open(tmp_path / "attacks.csv"))}
+    results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
+    assert list(rows) == ["substituted_active", "substituted_semi", "survivors_active", "survivors_semi",
+                          "survivors_active_full", "survivors_semi_full", "equivocated_semi"]
+    assert results["honest_semi"]["status"] == "ok"  # the semi-honest protocol, asked honestly, unmasks
+
+    forged = rows["substituted_active"]
+    assert forged["refused"] == "1" and forged["finding"].startswith(
+        "site-000 was sent keys of the coordinator's making for its 6 peers; it refused: share: forged keys: the keys "
+        "relayed for site-00")
+    assert forged["finding"].endswith("; the session ended, nothing unmasked")
+    assert results["substituted_active"]["status"] == "aborted" and results["substituted_active"]["reason"].startswith(
+        "secure aggregation: the coordinator's side was caught lying (keys relayed in a peer's name that it did not "
+        "sign): 1 site(s) refused, e.g. site-000: forged keys")
+    assert answered_phases(tmp_path, "substituted_active") == {"advertise", "share"}
+
+    opened = re.search(r"opened (\d+) of the target's share ciphertexts: with t = (\d+) of them the coordinator "
+                       r"rebuilds its self mask and mask key and reads its input", rows["substituted_semi"]["finding"])
+    assert opened and int(opened[1]) >= int(opened[2]) == 4
+    assert "(rebuilt here: the mask key matches the s key site-000 advertised)" in rows["substituted_semi"]["finding"]
+    assert re.search(r"site-000 masked, and its input reads: a one-hot vector, bin \d+ of 20;",
+                     rows["substituted_semi"]["finding"])
+
+    disagree = rows["survivors_active"]
+    assert disagree["finding"].startswith("site-000 was named dropped to 3 of the 6 sites that list it (")
+    assert "sites refused, nothing unmasked: e.g. " in disagree["finding"]
+    assert "survivor sets disagree" in disagree["finding"]
+    assert results["survivors_active"]["reason"].startswith(
+        "secure aggregation: the coordinator's side was caught lying (survivor sets that disagree, or too few signed)")
+    assert "unmask" not in answered_phases(tmp_path, "survivors_active")
+
+    counted = re.search(r"the unmask answers carried (\d+) shares of site-000's self-mask seed and (\d+) of its mask "
+                        r"key, t = (\d+): not both reached t", rows["survivors_semi"]["finding"])
+    assert counted and [int(v) for v in counted.groups()] == [4, 3, 4]
+    assert results["survivors_semi"]["status"] == "ok"  # the honest half's self-mask shares suffice: the sum unmasks
+
+    for label in ("survivors_active_full", "survivors_semi_full"):  # 7 survivors named where 8 inputs are claimed
+        assert rows[label]["finding"].startswith("site-000 was named dropped to 4 of the 7 sites that list it")
+        assert ("only 7 survivors named where the sum's noise was planned and booked for 8 inputs"
+                in rows[label]["finding"])
+        assert results[label]["status"] == "aborted"
+    assert "unmask" not in answered_phases(tmp_path, "survivors_active_full")
+    assert ("not both reached t, its input stays hidden (its 8 holders send one share each, 8 in all, fewer than "
+            "2t = 10)") in rows["survivors_semi_full"]["finding"]
+
+    # issue 47 in the semi-honest mode: no signed keys, and the digests inside the shares catch it at mask
+    mixed = rows["equivocated_semi"]
+    assert mixed["finding"].startswith("site-003 was asked for 200 bins where every other site was asked for 20; ")
+    assert ("sites refused, the sum was not unmasked: asked different questions: the shares from site-"
+            in mixed["finding"])
+    assert results["equivocated_semi"]["reason"].startswith(
+        "secure aggregation: the coordinator's side was caught lying (different questions in one secure sum)")
+    assert "unmask" not in answered_phases(tmp_path, "equivocated_semi")
+
