@@ -471,14 +471,10 @@ class SecureSumLie:
         if not self.listers:
             return ("the session ended before any survivors were named"
                     + (f": {_short(self.refused[min(self.refused)])}" if self.refused else ""))
-        told = (f"{self.target} was named dropped to {len(self.told_dropped)} of the {len(self.listers)} sites that "
+        text = (f"{self.target} was named dropped to {len(self.told_dropped)} of the {len(self.listers)} sites that "
                 f"list it ({', '.join(self.told_dropped)}), surviving to the others")
-        if caught:
-            site, why = caught
-            lying = sum(any(lie in w for lie in _lies()) for w in self.refused.values())
-            return f"{told}; {lying} sites refused, nothing unmasked: e.g. {site}: {_short(why)}"
-        text = told
-        if self.unmask_seen:
+        released = self.unmask_seen and bool(self.b_shares or self.s_shares)  # some unmask answers came
+        if released or (self.unmask_seen and not caught):
             t, b, s = self.threshold, len(self.b_shares), len(self.s_shares)
             holders = len(self.listers) + 1
             text += (f"; the unmask answers carried {b} shares of {self.target}'s self-mask seed and {s} of its mask "
@@ -489,6 +485,11 @@ class SecureSumLie:
                 text += "not both reached t, its input stays hidden" + (
                     f" (its {holders} holders send one share each, {holders} in all, fewer than 2t = {2 * t})"
                     if holders < 2 * t else "")
+        if caught:
+            site, why = caught
+            lying = sum(any(lie in w for lie in _lies()) for w in self.refused.values())
+            ended = "the session ended on the lie" if released else "nothing unmasked"
+            return f"{text}; {lying} sites refused, {ended}: e.g. {site}: {_short(why)}"
         others = {site: why for site, why in self.refused.items()}
         if others:
             site = min(others)

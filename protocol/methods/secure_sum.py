@@ -35,7 +35,8 @@ from protocol.secagg.graph import default_degree, default_threshold
 from protocol.phases import PhaseStep, PhaseTable
 from protocol.secagg.identity import SiteIdentity
 from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MODES, OTHER_GRAPH,
-                                      Aggregate, SecAggClient, SecAggParams, SecAggRefusal, SecAggServer)
+                                      SHORT_OF_CLAIM, Aggregate, SecAggClient, SecAggParams, SecAggRefusal,
+                                      SecAggServer)
 
 #: a secure sum's phases (protocol.secagg.protocol.PHASE_TABLE): the consistency round comes
 #: between mask and unmask in the active mode only
@@ -135,6 +136,7 @@ def caught_lying(refusals: Mapping[str, str]) -> str:
     for lie, what in ((FORGED, "keys relayed in a peer's name that it did not sign"),
                       (INCONSISTENT, "survivor sets that disagree, or too few signed"),
                       (OTHER_GRAPH, "a graph other than the session's public one"),
+                      (SHORT_OF_CLAIM, "fewer survivors than the noise was claimed for"),
                       (DIFFERENT_QUESTIONS, "different questions in one secure sum")):
         caught = sorted(site for site, why in refusals.items() if lie in why)
         if caught:
@@ -224,9 +226,8 @@ class SecureSumSite(SiteHalf):
     def _hold_to_claim(self, body) -> None:
         seen = self._seen_survivors(body)
         if self.claimed and seen is not None and self._full_graph() and seen < self.claimed:
-            raise RequestError(f"only {seen} survivors named where the sum's noise was planned "
-                               f"and booked for {self.claimed} inputs: refusing to unmask (the release would be "
-                               f"weaker than this site counted)")
+            raise RequestError(f"only {seen} {SHORT_OF_CLAIM} and booked for {self.claimed} inputs: refusing to "
+                               f"unmask (the release would be weaker than this site counted)")
 
 
 def wrong_shares_named(outcome, aggregate: Aggregate):

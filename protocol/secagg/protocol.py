@@ -98,8 +98,11 @@ FORGED = "forged keys"
 INCONSISTENT = "survivor sets disagree"
 #: a site's refusal when its peers are not its neighbours in the session's public graph
 OTHER_GRAPH = "not my neighbours in the session's graph"
+#: a site's refusal when it is named fewer survivors than the sum's noise was claimed for, where it
+#: sees them all (protocol.methods.secure_sum; an honest coordinator stops before asking: before_unmask)
+SHORT_OF_CLAIM = "survivors named where the sum's noise was planned"
 #: refusals that mean the coordinator lied: the session ends with the first, nothing unmasked
-LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH)
+LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH, SHORT_OF_CLAIM)
 #: a view's statuses: survived (in U3), dropped after sharing (U2 \ U3), absent (not in U2)
 SURVIVED, DROPPED, ABSENT = b"S", b"D", b"A"
 
