@@ -32,7 +32,7 @@ from protocol.methods import METHODS, RequestError
 from protocol.noise import PrivacyNoise
 from protocol.policy import SitePolicy
 from protocol.sessions import SESSIONS_PER_TRIAL
-from sites.storage import AccountCorrupt, GroupCommit, append_account, read_account
+from sites.storage import AccountCorrupt, GroupCommit, account_path, append_account, read_account
 from sites.trials import TrialCache
 from specs.plugins import PluginError
 from stats.randomness import site_rng
@@ -58,7 +58,8 @@ class SiteLocal:
         except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
             records, self.broken = [], str(exc)
         self.policy = SitePolicy.from_spec(policy)
-        self.identity = None if identity is None else identity.with_policy(self.policy.secagg == "semi-honest")
+        self.identity = None if identity is None else identity.with_policy(
+            self.policy.secagg == "semi-honest", ledger=account_path(workdir, site_id).with_name(f"{site_id}.secagg-nonces"))
         # the accounts of the sites this process serves share one record ledger (sites.trials)
         self.account = SiteAccount(Budget.from_spec(budget), records,
                                    ledger=trials.ledger if trials is not None else None)

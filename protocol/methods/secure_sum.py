@@ -59,9 +59,9 @@ SECAGG_SPEC = {"type": "map", "fields": {
 def graph_shape(secagg: Mapping[str, Any], m: int) -> tuple[int, int]:
     """(degree, threshold) of a session's SecAgg+ graph over m sites, as the method's `secagg`
     parameter asks: every peer under `graph: full`, else its degree (default: the protocol's
-    default for m), and its threshold (default: the protocol's for that degree)."""
+    default for m), and its threshold (default: the protocol's for that degree and mode)."""
     degree = m - 1 if secagg["graph"] == "full" else min(m - 1, secagg["degree"] or default_degree(m))
-    return degree, secagg["threshold"] or default_threshold(degree)
+    return degree, secagg["threshold"] or default_threshold(degree, secagg["mode"])
 
 
 def advertise_shape(body: Any, own: tuple[str, ...] = ()) -> Any:
@@ -188,6 +188,11 @@ class SecureSumSite(SiteHalf):
             raise RequestError(f"phase {phase!r} before advertise")
         elif phase in ("consistency", "unmask"):
             self._hold_to_claim(body)
+        elif phase == "share" and isinstance(body, dict):
+            live = body.get("live")
+            if self.claimed and isinstance(live, int) and not isinstance(live, bool) and live < self.claimed:
+                raise RequestError(f"the share request says {live} sites advertised, {SHORT_OF_CLAIM} "
+                                   f"({self.claimed}): refusing to share")
         try:
             value = self.client.answer(phase, body)
         except SecAggRefusal as exc:
@@ -226,8 +231,8 @@ class SecureSumSite(SiteHalf):
     def _hold_to_claim(self, body) -> None:
         seen = self._seen_survivors(body)
         if self.claimed and seen is not None and self._full_graph() and seen < self.claimed:
-            raise RequestError(f"only {seen} {SHORT_OF_CLAIM} and booked for {self.claimed} inputs: refusing to "
-                               f"unmask (the release would be weaker than this site counted)")
+            raise RequestError(f"only {seen} survivors named, {SHORT_OF_CLAIM} and booked ({self.claimed}): refusing "
+                               f"to unmask (the release would be weaker than this site counted)")
 
 
 def wrong_shares_named(outcome, aggregate: Aggregate):

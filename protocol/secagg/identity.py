@@ -22,7 +22,9 @@ another (replay).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Mapping
 
 from cryptography.exceptions import InvalidSignature
@@ -67,7 +69,30 @@ class SiteIdentity:
     key: Ed25519PrivateKey
     registered: Callable[[], Mapping[str, bytes]]
     semi_honest: bool = False
+    #: where the session nonces this site answered are kept (one a line; None: in memory only)
+    ledger: Path | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def first_use(self, nonce: int) -> bool:
+        """Record that this site answers session `nonce`; False when it answered it before. Every
+        signature a site makes names the nonce, so a coordinator that could reuse one could replay
+        a site's signature from an earlier session into a later one, where the site signed
+        another view (red team round 4). Kept in the site's own directory across restarts
+        (flushed, not fsync'ed: a crash of the machine itself may forget the last few)."""
+        used = self._cache.setdefault("nonces", None)
+        if used is None:
+            used = self._cache["nonces"] = set()
+            if self.ledger is not None and self.ledger.exists():
+                used.update(int(line) for line in self.ledger.read_text().split() if line.strip().isdigit())
+        if nonce in used:
+            return False
+        used.add(nonce)
+        if self.ledger is not None:
+            self.ledger.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.ledger, "a") as handle:
+                handle.write(f"{int(nonce)}\n")
+                handle.flush()
+        return True
 
     def sign(self, message: bytes) -> bytes:
         return self.key.sign(message)
@@ -90,8 +115,10 @@ class SiteIdentity:
             self._cache["peers"] = dict(self.registered())
         return self._cache["peers"]
 
-    def with_policy(self, semi_honest: bool) -> "SiteIdentity":
-        return replace(self, semi_honest=semi_honest, _cache=self._cache)
+    def with_policy(self, semi_honest: bool, ledger: str | os.PathLike | None = None) -> "SiteIdentity":
+        """This identity under the site's policy, its nonces kept in `ledger` (or as before)."""
+        return replace(self, semi_honest=semi_honest, ledger=Path(ledger) if ledger is not None else self.ledger,
+                       _cache=self._cache)
 
 
 def identities_in_memory(names, semi_honest: bool = False) -> dict[str, SiteIdentity]:

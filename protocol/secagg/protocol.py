@@ -66,7 +66,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from protocol.secagg import primitives as crypto
-from protocol.secagg.graph import graph_seed, harary_by_index
+from protocol.secagg.graph import default_threshold, graph_seed, harary_by_index
 from protocol.secagg.identity import SiteIdentity
 from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
 from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, unmask
@@ -100,9 +100,14 @@ INCONSISTENT = "survivor sets disagree"
 OTHER_GRAPH = "not my neighbours in the session's graph"
 #: a site's refusal when it is named fewer survivors than the sum's noise was claimed for, where it
 #: sees them all (protocol.methods.secure_sum; an honest coordinator stops before asking: before_unmask)
-SHORT_OF_CLAIM = "survivors named where the sum's noise was planned"
+SHORT_OF_CLAIM = "fewer than the inputs the sum's noise was claimed for"
+#: a site's refusal of a session nonce it has answered before (its signatures would replay)
+REPLAYED = "a session nonce answered before"
 #: refusals that mean the coordinator lied: the session ends with the first, nothing unmasked
-LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH, SHORT_OF_CLAIM)
+LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH, SHORT_OF_CLAIM, REPLAYED)
+#: the most sites a session may name (protocol.engine.MAX_PLANNED_N): a site computes its own
+#: neighbourhood in O(k) whatever the count, but a count is still refused past what any plan holds
+MAX_SITES = 1_000_000
 #: a view's statuses: survived (in U3), dropped after sharing (U2 \ U3), absent (not in U2)
 SURVIVED, DROPPED, ABSENT = b"S", b"D", b"A"
 
@@ -138,12 +143,16 @@ class SecAggParams:
                              f"{self.degree + 1} holders of each secret ({majority(self.degree + 1)})")
         if self.threshold > self.degree + 1:
             raise ValueError(f"threshold {self.threshold} exceeds the {self.degree + 1} holders of each secret")
-        if isinstance(self.sites, bool) or not isinstance(self.sites, int) or self.sites < 0:
-            raise ValueError(f"sites must be a count, got {self.sites!r}")
+        if isinstance(self.sites, bool) or not isinstance(self.sites, int) or not 0 <= self.sites <= MAX_SITES:
+            raise ValueError(f"sites must be a count up to {MAX_SITES}, got {self.sites!r}")
         if self.sites and self.degree > self.sites - 1:
             raise ValueError(f"degree {self.degree} exceeds the {self.sites - 1} other sites of the session")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode == "active" and self.threshold < default_threshold(self.degree, "active"):
+            raise ValueError(f"threshold {self.threshold} is at most two thirds of the {self.degree + 1} holders of "
+                             f"each secret: the active mode needs {default_threshold(self.degree, 'active')} or more "
+                             f"(two survivor views signed by t holders each must share more than a third of them)")
 
     @property
     def active(self) -> bool:
@@ -282,6 +291,12 @@ class SecAggServer:
         their views (under a full graph every honest view is the same survivor set, which a site
         rebuilds from its own)."""
         signers = set(answers)
+        unsigned = sorted(set(self.masked) - signers)
+        if unsigned:  # their neighbours would refuse: no self-mask share leaves without its owner's signature
+            return self._abort(f"{len(unsigned)} site(s) named surviving did not sign the survivor set (lost in the "
+                               f"consistency round), e.g. {unsigned[0]}: in the active mode no holder releases a share "
+                               f"of a survivor's self mask without the survivor's own signature, so the sum cannot "
+                               f"be unmasked; nothing was")
         out = {}
         for v in sorted(signers):
             near = sorted((self.neighbours[v] | {v}) & signers)
@@ -391,6 +406,9 @@ class SecAggClient:
             raise SecAggRefusal("site policy: secure sums in the semi-honest mode are not served (the coordinator "
                                 "would be trusted to relay keys and survivors faithfully; policy `secagg: "
                                 "semi-honest` takes part)")
+        if self.params.active and not self.identity.first_use(self.nonce):
+            raise SecAggRefusal(f"{REPLAYED}: {self.nonce} (signatures made under it could be replayed): refusing "
+                                f"to take part")
         self.c_key, self.s_key = crypto.new_private_key(), crypto.new_private_key()
         keys = {"c": crypto.public_bytes(self.c_key), "s": crypto.public_bytes(self.s_key)}
         if self.params.active:
@@ -530,10 +548,20 @@ class SecAggClient:
         return {"b": b_out, "s": s_out}
 
     def _check_consistency(self, body) -> None:
-        """Active mode, before any unmasking share leaves: at least t signatures of my
-        neighbourhood (me included), each by a site I was told survived, each on a view that
-        agrees with mine wherever the two neighbourhoods overlap (under a full graph: on my own
-        view, the one survivor set). Anything else: INCONSISTENT, naming the site."""
+        """Active mode, before any unmasking share leaves: the signature of every survivor of my
+        view (me included: at least t, as the view was checked), each on a view that agrees with
+        mine wherever the two neighbourhoods overlap (under a full graph: on my own view, the one
+        survivor set). Anything else: INCONSISTENT, naming the site.
+
+        Why every survivor's own signature (red team round 4): a share of v's self mask leaves a
+        holder only with v's signature on a view agreeing with the holder's, so every holder that
+        releases one agrees with v's own view, in which each of v's mask partners is a survivor
+        or dropped as v saw it. A partner r that released shares of v's self mask itself holds t
+        signatures of its own neighbourhood on r surviving; taking r's mask key out would need t
+        more of the same k + 1 holders signing r dropped, and an honest site signs one view per
+        session (its nonce is never answered twice): 2t > k + 1 + colluders forbids it. Without
+        this rule a coordinator that withheld some of v's ciphertexts and showed each site its
+        own view read v's input with no colluder under a sparse graph."""
         signatures, views = body.get("signatures"), body.get("views")
         if not isinstance(signatures, dict) or (views is not None and not isinstance(views, dict)):
             raise SecAggRefusal("the unmask request needs the survivors' signatures")
@@ -546,6 +574,10 @@ class SecAggClient:
         others = set(signatures) - set(self.survivors)
         if others:
             raise SecAggRefusal(f"{INCONSISTENT}: signatures from sites I was not told survived: {sorted(others)[:5]}")
+        unsigned = set(self.survivors) - set(signatures)
+        if unsigned:  # a share of v's self mask leaves only with v's own signature on a view agreeing with mine
+            raise SecAggRefusal(f"{INCONSISTENT}: {sorted(unsigned)[0]}, named surviving, did not sign the survivor "
+                                f"set: refusing to unmask")
         arrangement = harary_by_index(self.live, min(self.params.degree, self.live - 1),
                                       graph_seed(self.nonce, self.context))
         mine = dict(zip(sorted(arrangement.neighbours(self.index) | {self.index}), self.view))
