@@ -229,7 +229,7 @@ def test_a_coordinator_that_substitutes_keys_or_equivocates_survivors_is_caught_
 
     for label in ("survivors_active_full", "survivors_semi_full"):  # 7 survivors named where 8 inputs are claimed
         assert rows[label]["finding"].startswith("site-000 was named dropped to 4 of the 7 sites that list it")
-        assert ("only 7 survivors named where the sum's noise was planned and booked for 8 inputs"
+        assert ("only 7 survivors named, fewer than the inputs the sum's noise was claimed for and booked (8)"
                 in rows[label]["finding"])
         assert results[label]["status"] == "aborted"
     assert "unmask" not in answered_phases(tmp_path, "survivors_active_full")
