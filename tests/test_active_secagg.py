@@ -29,7 +29,7 @@ def run(inputs, *, degree=None, mode="active", rewrite=None, identities=None, dr
     coordinator (it changes what is sent, never the sites)."""
     sites = sorted(inputs)
     k = len(sites) - 1 if degree is None else degree
-    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), len(sites), mode)
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k, mode), len(sites), mode)
     identities = identities or identities_in_memory(sites, semi_honest=mode == "semi-honest")
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, lambda aggregate: aggregate)
     halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s]) for s in sites}
@@ -164,7 +164,7 @@ def test_a_survivor_list_shorter_than_the_claim_is_refused_at_the_consistency_ro
     inputs = inputs_for(8)
     sites = sorted(inputs)
     identities = identities_in_memory(sites)
-    params = SecAggParams(BITS, LENGTH, 7, default_threshold(7), 8)
+    params = SecAggParams(BITS, LENGTH, 7, default_threshold(7, "active"), 8)
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(0), {}, lambda a: a)
     halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s],
                                check=lambda public: Spend("dp", 1.0, 1e-6, contributors=8)) for s in sites}
@@ -256,4 +256,78 @@ def test_a_site_takes_part_in_the_semi_honest_protocol_only_where_its_policy_say
 def test_the_client_refuses_active_parameters_without_an_identity():
     client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
     with pytest.raises(SecAggRefusal, match="no signing key"):
-        client.answer("advertise", {"params": SecAggParams(8, 4, 2, 2, 3).as_body()})
+        client.answer("advertise", {"params": SecAggParams(8, 4, 2, 3, 3).as_body()})
+
+
+# -- red team round 4 ---------------------------------------------------------------------------
+
+def test_a_session_nonce_is_answered_once_even_across_a_restart(tmp_path):
+    """Signatures name the nonce; a coordinator reusing one could replay a site's signature of an
+    earlier session into a later one. Each site answers a nonce once, kept beside its account."""
+    inputs = inputs_for(6)
+    sites = sorted(inputs)
+    identities = {s: i.with_policy(False, ledger=tmp_path / f"{s}.nonces") for s, i in identities_in_memory(sites).items()}
+
+    def same_nonce(phase, requests):
+        return {s: {**b, "nonce": 4242} for s, b in requests.items()} if phase == "advertise" else requests
+
+    first, refusals = run(inputs, rewrite=same_nonce, identities=identities)
+    assert not refusals
+    restarted = {s: type(i)(s, i.key, i.registered, ledger=i.ledger) for s, i in identities.items()}
+    second, refusals = run(inputs, rewrite=same_nonce, identities=restarted, seed=5)
+    assert not second.ok and set(refusals) == set(sites)
+    assert all("a session nonce answered before: 4242" in why for why in refusals.values())
+    assert "caught lying" in second.reason
+
+
+def test_a_survivor_whose_signature_is_withheld_gets_no_share_released():
+    """A share of v's self mask leaves a holder only with v's own signature on an agreeing view."""
+    def drop_one_signature(phase, requests):
+        if phase != "unmask":
+            return requests
+        body = requests["site-00"]
+        victim = next(v for v in sorted(body["signatures"]) if v != "site-00")
+        return {**requests, "site-00": {**body, "signatures": {v: sig for v, sig in body["signatures"].items()
+                                                               if v != victim}}}
+
+    result, refusals = run(inputs_for(9), degree=6, rewrite=drop_one_signature)
+    assert not result.ok and set(refusals) == {"site-00"}
+    assert "named surviving, did not sign the survivor set" in refusals["site-00"]
+
+
+def test_the_active_mode_refuses_a_threshold_of_two_thirds_or_less():
+    with pytest.raises(ValueError, match="the active mode needs 7 or more"):
+        SecAggParams(BITS, LENGTH, 8, 5, 9)  # a strict majority of 9, as the semi-honest mode takes
+    assert SecAggParams(BITS, LENGTH, 8, 5, 9, "semi-honest").threshold == 5
+    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64), identity=identities_in_memory(["a"])["a"])
+    with pytest.raises(SecAggRefusal, match="two thirds"):
+        client.answer("advertise", {"params": {**SecAggParams(8, 4, 8, 7, 9).as_body(), "threshold": 5}})
+
+
+def test_a_share_request_naming_fewer_live_sites_than_the_claim_is_refused():
+    """Pieces: a coordinator that tells a group of sites that only they advertised (live = 7 of
+    16) could unmask the group's sum alone, where each booked the noise of 16 inputs."""
+    from protocol.accounting import Spend
+
+    inputs = inputs_for(16)
+    sites = sorted(inputs)
+    identities = identities_in_memory(sites)
+    params = SecAggParams(BITS, LENGTH, 8, 7, 16)
+    half = SecureSumSite("site-00", lambda public, p: inputs["site-00"], identity=identities["site-00"],
+                         check=lambda public: Spend("dp", 1.0, 1e-6, contributors=16))
+    half.answer("advertise", {"params": params.as_body(), "nonce": 9, "method": {}})
+    with pytest.raises(RequestError, match=r"says 7 sites advertised, fewer than the inputs the sum's noise was "
+                                           r"claimed for \(16\)"):
+        half.answer("share", {"index": 1, "threshold": 7, "live": 7, "peers": {}})
+
+
+def test_a_billion_sites_are_refused_and_a_million_cost_a_site_only_its_neighbourhood():
+    with pytest.raises(ValueError, match="sites must be a count up to 1000000"):
+        SecAggParams(BITS, LENGTH, 28, 20, 10**9)
+    from protocol.secagg.graph import graph_seed, harary_by_index
+
+    arrangement = harary_by_index(10**6, 28, graph_seed(1, b"q"))
+    assert not hasattr(arrangement, "order")  # no permutation of every site is built
+    near = arrangement.neighbours(123_457)
+    assert len(near) == 28 and all(123_457 in arrangement.neighbours(v) for v in near)
+    assert sorted(arrangement.index_at(p) for p in range(1000)) != list(range(1, 1001))
