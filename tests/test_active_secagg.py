@@ -331,3 +331,51 @@ def test_a_billion_sites_are_refused_and_a_million_cost_a_site_only_its_neighbou
     near = arrangement.neighbours(123_457)
     assert len(near) == 28 and all(123_457 in arrangement.neighbours(v) for v in near)
     assert sorted(arrangement.index_at(p) for p in range(1000)) != list(range(1, 1001))
+
+
+# -- red team round 5 ---------------------------------------------------------------------------
+
+def test_a_nonce_outside_the_honest_range_is_refused_and_a_ledger_keeps_every_nonce(tmp_path):
+    identity = identities_in_memory(["a", "b", "c"])["a"].with_policy(False, ledger=tmp_path / "a.nonces")
+    params = SecAggParams(8, 4, 2, 3, 3).as_body()
+    for nonce in (-4242, 1 << 62):
+        client = SecAggClient("a", nonce, lambda p: np.zeros(4, dtype=np.uint64), identity=identity)
+        with pytest.raises(SecAggRefusal, match=r"a malformed secure-aggregation request: session nonce"):
+            client.answer("advertise", {"params": params})
+    assert identity.first_use(17) and not identity.first_use(17)
+    restarted = type(identity)("a", identity.key, identity.registered, ledger=identity.ledger)
+    assert not restarted.first_use(17) and restarted.first_use(18)
+
+
+@pytest.mark.parametrize("field, value", [("c", 1 << 31), ("s", "x" * 32), ("sig", b"\0" * 65), ("c", -1),
+                                          ("c", 2.5)])
+def test_a_peer_key_of_the_wrong_type_or_size_is_refused_before_anything_is_built(field, value):
+    """A 9-byte integer where a key belongs made a site hash gigabytes (red team round 5)."""
+    def poison(phase, requests):
+        if phase != "share":
+            return requests
+        body = requests["site-00"]
+        victim = sorted(body["peers"])[0]
+        peers = {**body["peers"], victim: {**body["peers"][victim], field: value}}
+        return {**requests, "site-00": {**body, "peers": peers}}
+
+    result, refusals = run(inputs_for(7), rewrite=poison)
+    assert set(refusals) == {"site-00"} and "a malformed secure-aggregation request: peer entry" in refusals["site-00"]
+    assert not result.ok and "requests no honest coordinator sends" in result.reason
+
+
+def test_malformed_signature_maps_are_refusals_not_crashes():
+    def mixed_keys(phase, requests):
+        if phase != "unmask":
+            return requests
+        body = requests["site-00"]
+        return {**requests, "site-00": {**body, "signatures": {**body["signatures"], 1: b"x" * 64}}}
+
+    result, refusals = run(inputs_for(7), rewrite=mixed_keys)
+    assert set(refusals) == {"site-00"} and not result.ok and "caught lying" in result.reason
+
+
+def test_an_odd_degree_of_a_sparse_graph_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="degree 5 is odd"):
+        SecAggParams(BITS, LENGTH, 5, 5, 12)
+    assert SecAggParams(BITS, LENGTH, 11, 9, 12).full  # the full graph may be odd

@@ -34,9 +34,9 @@ from protocol.methods.base import (CoordinatorHalf, Outcome, RequestError, Send,
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.phases import PhaseStep, PhaseTable
 from protocol.secagg.identity import SiteIdentity
-from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MODES, OTHER_GRAPH,
-                                      REPLAYED, SHORT_OF_CLAIM, Aggregate, SecAggClient, SecAggParams, SecAggRefusal,
-                                      SecAggServer)
+from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MALFORMED, MODES,
+                                      OTHER_GRAPH, REPLAYED, SHORT_OF_CLAIM, Aggregate, SecAggClient, SecAggParams,
+                                      SecAggRefusal, SecAggServer)
 
 #: a secure sum's phases (protocol.secagg.protocol.PHASE_TABLE): the consistency round comes
 #: between mask and unmask in the active mode only
@@ -138,12 +138,14 @@ def caught_lying(refusals: Mapping[str, str]) -> str:
                       (OTHER_GRAPH, "a graph other than the session's public one"),
                       (SHORT_OF_CLAIM, "fewer survivors than the noise was claimed for"),
                       (REPLAYED, "a session nonce the sites answered before"),
+                      (MALFORMED, "requests no honest coordinator sends"),
                       (DIFFERENT_QUESTIONS, "different questions in one secure sum")):
         caught = sorted(site for site, why in refusals.items() if lie in why)
         if caught:
             site = caught[0]
             return (f"the coordinator's side was caught lying ({what}): {len(caught)} site(s) refused, e.g. {site}: "
-                    f"{refusals[site].removeprefix('refused: ')[:240]}; nothing was unmasked")
+                    f"{refusals[site].removeprefix('refused: ')[:240]}; nothing was unmasked (the sites' word: this "
+                    f"half cannot check a refusal)")
     raise ValueError(f"no lie of {LIES} in {sorted(refusals)}")  # every lie has its words above
 
 

@@ -56,8 +56,10 @@ def harary_neighbours(sites: Sequence[str], degree: int, rng: np.random.Generato
 
 def graph_seed(nonce: int, context: bytes) -> bytes:
     """The public seed of a session's arrangement: SHA-256 of its nonce and request digest. Every
-    site computes it, so the graph is part of what every site agrees on (issue 48): the
-    coordinator picks neither who neighbours whom nor a graph that falls apart in pieces."""
+    site computes it, so the arrangement of the indices is part of what every site agrees on
+    (issue 48), and each site checks its place in it. The coordinator still assigns the indices
+    (which site is where), so it places the colluders it has: docs/privacy.md counts colluders
+    per neighbourhood."""
     import hashlib
 
     return hashlib.sha256(b"quorum-secagg-graph|" + str(int(nonce)).encode() + b"|" + bytes(context)).digest()

@@ -83,7 +83,7 @@ class SiteIdentity:
         if used is None:
             used = self._cache["nonces"] = set()
             if self.ledger is not None and self.ledger.exists():
-                used.update(int(line) for line in self.ledger.read_text().split() if line.strip().isdigit())
+                used.update(int(word) for word in self.ledger.read_text().split())
         if nonce in used:
             return False
         used.add(nonce)

@@ -67,7 +67,7 @@ import numpy as np
 
 from protocol.secagg import primitives as crypto
 from protocol.secagg.graph import default_threshold, graph_seed, harary_by_index
-from protocol.secagg.identity import SiteIdentity
+from protocol.secagg.identity import SIGNATURE_BYTES, SiteIdentity
 from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
 from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, unmask
 
@@ -103,8 +103,12 @@ OTHER_GRAPH = "not my neighbours in the session's graph"
 SHORT_OF_CLAIM = "fewer than the inputs the sum's noise was claimed for"
 #: a site's refusal of a session nonce it has answered before (its signatures would replay)
 REPLAYED = "a session nonce answered before"
+#: a site's refusal of a request an honest coordinator never sends (wrong types, sizes, ranges)
+MALFORMED = "a malformed secure-aggregation request"
 #: refusals that mean the coordinator lied: the session ends with the first, nothing unmasked
-LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH, SHORT_OF_CLAIM, REPLAYED)
+LIES = (DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, OTHER_GRAPH, SHORT_OF_CLAIM, REPLAYED, MALFORMED)
+#: session nonces an honest coordinator draws: [0, 2^62)
+NONCE_RANGE = 1 << 62
 #: the most sites a session may name (protocol.engine.MAX_PLANNED_N): a site computes its own
 #: neighbourhood in O(k) whatever the count, but a count is still refused past what any plan holds
 MAX_SITES = 1_000_000
@@ -149,6 +153,9 @@ class SecAggParams:
             raise ValueError(f"degree {self.degree} exceeds the {self.sites - 1} other sites of the session")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.degree % 2 and not self.full:
+            raise ValueError(f"degree {self.degree} is odd: a sparse graph joins each site to k / 2 on either side "
+                             f"(an even k, or k >= m - 1 for the full graph)")
         if self.mode == "active" and self.threshold < default_threshold(self.degree, "active"):
             raise ValueError(f"threshold {self.threshold} is at most two thirds of the {self.degree + 1} holders of "
                              f"each secret: the active mode needs {default_threshold(self.degree, 'active')} or more "
@@ -389,7 +396,14 @@ class SecAggClient:
             raise SecAggRefusal(f"phase {phase!r} out of order: {expected!r} comes next")
         handle = {"advertise": self._advertise, "share": self._share, "mask": self._mask,
                   "consistency": self._consistency, "unmask": self._unmask}  # a handler per row of PHASE_TABLE
-        result = handle[phase](body)
+        if not isinstance(body, Mapping):
+            raise SecAggRefusal(f"{MALFORMED}: the {phase} request is not a map")
+        try:
+            result = handle[phase](body)
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError, struct.error) as exc:
+            if isinstance(exc, SecAggRefusal):
+                raise
+            raise SecAggRefusal(f"{MALFORMED} in phase {phase}: {type(exc).__name__}: {str(exc)[:120]}") from None
         self.done.add(phase)
         return result
 
@@ -406,6 +420,8 @@ class SecAggClient:
             raise SecAggRefusal("site policy: secure sums in the semi-honest mode are not served (the coordinator "
                                 "would be trusted to relay keys and survivors faithfully; policy `secagg: "
                                 "semi-honest` takes part)")
+        if not _is_int(self.nonce) or not 0 <= self.nonce < NONCE_RANGE:
+            raise SecAggRefusal(f"{MALFORMED}: session nonce {self.nonce!r} is not in [0, 2^62)")
         if self.params.active and not self.identity.first_use(self.nonce):
             raise SecAggRefusal(f"{REPLAYED}: {self.nonce} (signatures made under it could be replayed): refusing "
                                 f"to take part")
@@ -426,11 +442,14 @@ class SecAggClient:
             raise SecAggRefusal(f"{len(peers)} peers: need between t - 1 = {params.threshold - 1} and "
                                 f"k = {params.degree} (fewer holders than t could never rebuild my secrets)")
         fields = {"index", "c", "s", "sig"} if params.active else {"index", "c", "s"}
+        sizes = {"c": crypto.KEY_BYTES, "s": crypto.KEY_BYTES, "sig": SIGNATURE_BYTES}
         indices = {index}
         for v, info in peers.items():
             if (not isinstance(v, str) or not isinstance(info, dict) or set(info) != fields
-                    or not _is_int(info["index"]) or info["index"] < 1 or v == self.site_id):
-                raise SecAggRefusal(f"malformed peer entry for {v!r}")
+                    or not _is_int(info["index"]) or info["index"] < 1 or v == self.site_id
+                    or any(not isinstance(info[f], bytes) or len(info[f]) != sizes[f] for f in fields - {"index"})):
+                raise SecAggRefusal(f"{MALFORMED}: peer entry for {str(v)[:40]!r} (keys of 32 bytes, a signature of "
+                                    f"64, a positive index)")
             indices.add(info["index"])
         if len(indices) != len(peers) + 1:
             raise SecAggRefusal("Shamir indices are not distinct")
@@ -573,7 +592,8 @@ class SecAggClient:
             raise SecAggRefusal(f"{INCONSISTENT}: my own signature is not among those relayed")
         others = set(signatures) - set(self.survivors)
         if others:
-            raise SecAggRefusal(f"{INCONSISTENT}: signatures from sites I was not told survived: {sorted(others)[:5]}")
+            raise SecAggRefusal(f"{INCONSISTENT}: signatures from sites I was not told survived: "
+                                f"{sorted(map(str, others))[:5]}")
         unsigned = set(self.survivors) - set(signatures)
         if unsigned:  # a share of v's self mask leaves only with v's own signature on a view agreeing with mine
             raise SecAggRefusal(f"{INCONSISTENT}: {sorted(unsigned)[0]}, named surviving, did not sign the survivor "
@@ -581,7 +601,7 @@ class SecAggClient:
         arrangement = harary_by_index(self.live, min(self.params.degree, self.live - 1),
                                       graph_seed(self.nonce, self.context))
         mine = dict(zip(sorted(arrangement.neighbours(self.index) | {self.index}), self.view))
-        for v in sorted(signatures):
+        for v in sorted(signatures, key=str):
             index = self.index if v == self.site_id else self.peers[v]["index"]
             view = self.view if arrangement.full or v == self.site_id else (views or {}).get(v)
             if not isinstance(view, bytes):
