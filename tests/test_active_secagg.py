@@ -59,12 +59,13 @@ def plain_sum(inputs, sites):
 @pytest.mark.parametrize("degree", [None, 6], ids=["full", "sparse"])
 @pytest.mark.parametrize("mode", ["active", "semi-honest"])
 def test_an_honest_sum_is_bit_exact_in_both_modes_with_dropouts_in_every_phase(degree, mode):
-    """...but a survivor lost in the active mode's consistency round ends the session, explained:
-    no holder releases a share of its self mask without its own signature (red team round 4)."""
+    """...but under a sparse graph a survivor lost in the active mode's consistency round ends the
+    session, explained: no holder releases a share of its self mask without its own signature
+    (red team round 4); under a full graph t signatures on the one survivor set suffice."""
     inputs = inputs_for(12)
     for phase in ("share", "mask", "consistency", "unmask"):
         result, refusals = run(inputs, degree=degree, mode=mode, drops={phase: {"site-05"}})
-        if mode == "active" and phase == "consistency":
+        if mode == "active" and phase == "consistency" and degree is not None:
             assert not result.ok and not refusals and result.reason.startswith(
                 "1 site(s) named surviving did not sign the survivor set (lost in the consistency round), e.g. site-05")
             continue

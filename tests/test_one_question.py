@@ -11,10 +11,13 @@ so that a site asked another question than its neighbours ends the session in an
 
 from __future__ import annotations
 
+import functools
+
 import msgpack
 import numpy as np
 import pytest
 
+import protocol.inprocess
 from coordinator.adversary import Adversary, attack_problem, equivocated
 from protocol.codecs.exp_mech_bins import ExpMechBins
 from protocol.codecs.shuffle import Shuffle
@@ -22,7 +25,8 @@ from protocol.inprocess import drive, run_session
 from protocol.methods import METHODS, RequestError
 from protocol.methods.base import canonical
 from protocol.secagg import primitives as crypto
-from protocol.secagg.protocol import DIFFERENT_QUESTIONS, SecAggClient
+from protocol.secagg.identity import SiteIdentity, identities_in_memory
+from protocol.secagg.protocol import DIFFERENT_QUESTIONS, FORGED, MODES, SecAggClient
 from protocol.shuffle import ShuffleBatch, claim_problem, sealing_claim
 from protocol.wire import Envelope, decode, encode
 
@@ -187,30 +191,67 @@ def test_a_mask_key_is_bound_to_the_question():
     assert key != crypto.agree(a, crypto.public_bytes(b), b"mask", 7)
 
 
+def secagg_mode(mode: str) -> dict:
+    """The method's `secagg` parameter's mode field: none for the active mode (the default)."""
+    return {} if mode == "active" else {"mode": mode}
+
+
+def in_mode(monkeypatch, mode: str) -> dict:
+    """secagg_mode, and for the semi-honest mode the in-process sites' identities made with a
+    policy that takes it (protocol.policy `secagg: semi-honest`)."""
+    if mode == "semi-honest":
+        monkeypatch.setattr(protocol.inprocess, "identities_in_memory",
+                            functools.partial(identities_in_memory, semi_honest=True))
+    return secagg_mode(mode)
+
+
+def with_identities(halves: dict, mode: str) -> dict:
+    """Each site half given its signing key, one registry for all (as run_session does)."""
+    for site, identity in identities_in_memory(halves, semi_honest=mode == "semi-honest").items():
+        halves[site].identity = identity
+    return halves
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name, params", [
     ("fedcp2_qq_secagg", {"epsilon": 1.0, "bins": {"lo": 0.0, "hi": 4.0, "count": 20}}),
     ("fedcp2_qq_secagg", {"epsilon": 1.0, "bins": {"lo": 0.0, "hi": 4.0, "count": 20}, "secagg": {"graph": "full"}}),
     ("ddg_quantile", {"epsilon": 1.0, "bins": {"lo": 0.0, "hi": 4.0, "count": 32}}),
 ])
-def test_a_secure_sum_where_one_site_got_another_question_aborts_naming_it(name, params):
-    method = METHODS[name](0.1, **params)
+def test_a_secure_sum_where_one_site_got_another_question_aborts_naming_it(monkeypatch, name, params, mode):
+    """Semi-honest: site-003 and its neighbours find each other's digests in the share ciphertexts
+    and refuse to mask. Active: a site signs its advertised keys for the question it was asked, so
+    site-003's keys do not verify for its neighbours' question (nor theirs for its own): they
+    refuse to share, before any input is computed. Either way nothing is unmasked, naming it."""
+    secagg = {**params.get("secagg", {}), **in_mode(monkeypatch, mode)}
+    method = METHODS[name](0.1, **{**params, "secagg": secagg})  # {}: every default, the active mode
     assert run_session(method, sites(), rng_for).status == "ok"
     _, rewrite = equivocating("site-003")
     outcome = run_session(method, sites(), rng_for, rewrite=rewrite)
     assert outcome.status == "aborted", outcome.reason
-    assert outcome.reason.startswith("secure aggregation: the sites were asked different questions in one secure sum: ")
-    assert DIFFERENT_QUESTIONS in outcome.reason and "nothing was unmasked" in outcome.reason
-    refused = int(outcome.reason.split("secure sum: ")[1].split()[0])
+    what, lie = (("keys relayed in a peer's name that it did not sign", FORGED) if mode == "active"
+                 else ("different questions in one secure sum", DIFFERENT_QUESTIONS))
+    caught = f"secure aggregation: the coordinator's side was caught lying ({what}): "
+    assert outcome.reason.startswith(caught), outcome.reason
+    assert lie in outcome.reason and "nothing was unmasked" in outcome.reason
+    # the refusal quoted is the first refuser's, a neighbour below site-003 (it has six of the seven
+    # others), which names site-003: its first peer that fails the check, the lower ones honest
+    named = ("the keys relayed for site-003 were not signed by site-003 for this session and question"
+             if mode == "active" else "the shares from site-003 answer request")
+    assert named in outcome.reason, outcome.reason
+    refused = int(outcome.reason.split(f"({what}): ")[1].split()[0])
     assert refused == (8 if params.get("secagg") else 7)  # site-003 and its neighbours (all, under a full graph)
+    assert outcome.details["answered"] == 0
 
 
-def test_a_dropout_before_masking_still_unmasks_exactly_with_the_bound_keys():
+@pytest.mark.parametrize("mode", MODES)
+def test_a_dropout_before_masking_still_unmasks_exactly_with_the_bound_keys(mode):
     """The coordinator rebuilds a dropped site's pairwise masks with the session's digest: with one
     site lost before masking, the one-hot histogram of the others still adds up."""
     method = METHODS["fedcp2_qq_secagg"](0.1, epsilon=1.0, bins={"lo": 0.0, "hi": 4.0, "count": 20}, dropouts=1,
-                                         secagg={"graph": "full"})
+                                         secagg={"graph": "full", **secagg_mode(mode)})
     rows = sites()
-    halves = {s: type(method).site(r, rng_for(s), s) for s, r in rows.items()}
+    halves = with_identities({s: type(method).site(r, rng_for(s), s) for s, r in rows.items()}, mode)
 
     def ask(site, phase, body):
         if site == "site-005" and phase == "mask":
@@ -222,10 +263,12 @@ def test_a_dropout_before_masking_still_unmasks_exactly_with_the_bound_keys():
     assert outcome.status == "ok" and outcome.details["answered"] == 7, outcome.reason
 
 
-def test_answers_to_different_questions_never_cancel_even_unchecked(monkeypatch):
+@pytest.mark.parametrize("mode", MODES)
+def test_answers_to_different_questions_never_cancel_even_unchecked(monkeypatch, mode):
     """Were a site not to compare digests, its pairwise masks would still not cancel against a
     neighbour's answer to another question: the sum does not unmask, and the one-hot histogram's
-    count says so instead of a threshold."""
+    count says so instead of a threshold. In the active mode the digest is in every signature too
+    (advertised keys, consistency views): sites that checked no signature either get the same."""
     from protocol.secagg.protocol import _associated
     from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes
 
@@ -235,8 +278,10 @@ def test_answers_to_different_questions_never_cancel_even_unchecked(monkeypatch)
         return share_from_bytes(plain[8:8 + SHARE_BYTES]), share_from_bytes(plain[8 + SHARE_BYTES:8 + 2 * SHARE_BYTES])
 
     monkeypatch.setattr(SecAggClient, "_open", unchecked)
+    if mode == "active":
+        monkeypatch.setattr(SiteIdentity, "verify", lambda self, peer, message, signature: None)
     method = METHODS["fedcp2_qq_secagg"](0.1, epsilon=1.0, bins={"lo": 0.0, "hi": 4.0, "count": 20},
-                                         secagg={"graph": "full"})
+                                         secagg={"graph": "full", **in_mode(monkeypatch, mode)})
     assert run_session(method, sites(), rng_for).status == "ok"
 
     def rewrite(step):  # site-003's bins over another range: as many (its vector fits), another question

@@ -19,8 +19,9 @@ from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.inprocess import drive
 from protocol.secagg import protocol as secagg_protocol
 from protocol.secagg import shamir, unmasking
-from protocol.secagg.graph import default_threshold, harary_neighbours
-from protocol.secagg.protocol import SecAggParams
+from protocol.secagg.graph import HararyArrangement, default_threshold
+from protocol.secagg.identity import identities_in_memory
+from protocol.secagg.protocol import MODES, SecAggParams
 from protocol.secagg.shamir import (PRIME, ShareError, decode_shares, recover_secret, reconstruct_secret,
                                     share_to_bytes, split_secret)
 from tests.test_secagg import BITS, LENGTH, make_inputs, plaintext_sum, unmasking_jobs
@@ -224,6 +225,7 @@ def test_holders_found_wrong_elsewhere_are_left_out():
     assert caught.value.left_out == (1, 2, 3)
 
 
+@pytest.mark.usefixtures("fork_server_preloaded")  # tests/conftest.py
 def test_unmasking_jobs_correct_one_wrong_share_each_and_name_it():
     """Every job with one share off (7 holders, t = 4): the same bits as with none, on one core
     and on two, and every wrong holder named at its job's position."""
@@ -241,6 +243,7 @@ def test_unmasking_jobs_correct_one_wrong_share_each_and_name_it():
         assert result.wrong == {p: (1 + p % 7,) for p in range(10)}
 
 
+@pytest.mark.usefixtures("fork_server_preloaded")  # tests/conftest.py
 def test_a_holder_found_wrong_is_left_out_of_secrets_it_spoils_with_another():
     """Holder 1 wrong in every job, holder 2 too in jobs 5 and 8: two wrong of 7 is more than
     one decoding corrects, but once 1 is found wrong in the other jobs, leaving it out lets 5 and
@@ -272,24 +275,33 @@ def test_a_holder_found_wrong_is_left_out_of_secrets_it_spoils_with_another():
 
 # -- secure sums with garbage holders ---------------------------------------------------------------
 
-class Identity:
-    """An rng whose permutation is the identity: the Harary ring in the order of the site names."""
+class InNameOrder(HararyArrangement):
+    """The session's Harary graph with the identity arrangement: Shamir index i at position i - 1,
+    and the indices go to the live sites in name order, so the ring is in the order of the site
+    names (for the coordinator and for every site, which recomputes it: both call the protocol
+    module's harary_by_index)."""
 
-    @staticmethod
-    def permutation(m):
-        return np.arange(m)
+    def index_at(self, position: int) -> int:
+        return position + 1
+
+    def neighbours(self, index: int) -> frozenset[int]:
+        if self.full:
+            return super().neighbours(index)
+        return frozenset((index - 1 + d) % self.count + 1 for d in range(-self.half, self.half + 1) if d != 0)
 
 
-def garbage_sum(inputs, garbage, degree=None, drops=None, seed=0):
+def garbage_sum(inputs, garbage, degree=None, drops=None, seed=0, mode="active"):
     """A secure sum through the codec (tests.test_secagg.secure_sum) where the sites in
     `garbage` answer unmask with a random field element for each share; `drops[phase]` stay
-    silent from that phase on."""
+    silent from that phase on. The threshold is the mode's default: a strict majority of the
+    k + 1 holders (semi-honest), more than two thirds of them (active)."""
     sites = sorted(inputs)
     k = len(sites) - 1 if degree is None else degree
-    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), len(sites))
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k, mode), len(sites), mode)
     codec, rng = SecAggDDG(LENGTH), random.Random(seed)
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, lambda aggregate: aggregate)
-    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
+    identities = identities_in_memory(sites, semi_honest=mode == "semi-honest")
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s]) for s in sites}
     gone, step = set(), coordinator.start()
     while isinstance(step, Send):
         gone |= (drops or {}).get(step.phase, set())
@@ -308,30 +320,44 @@ def garbage_sum(inputs, garbage, degree=None, drops=None, seed=0):
 
 @pytest.fixture
 def ring_in_name_order(monkeypatch):
-    monkeypatch.setattr(secagg_protocol, "harary_neighbours",
-                        lambda sites, degree, rng: harary_neighbours(sites, degree, Identity()))
+    monkeypatch.setattr(secagg_protocol, "harary_by_index", InNameOrder)
 
 
-def test_a_garbage_holder_in_a_full_graph_is_corrected_and_named():
-    """Eight sites, full graph (t = 5, one wrong share of eight corrected): site-003 sends garbage
+@pytest.mark.parametrize("mode", MODES)
+def test_the_ring_in_name_order_is_the_graph_the_coordinator_and_every_site_use(ring_in_name_order, mode):
+    """The fixture's graph is the one the session runs on: site-020's neighbours are the five
+    names either side of it, and every site accepted them as its own (the sum went through)."""
+    inputs = make_inputs(40, seed=2)
+    result, server = garbage_sum(inputs, set(), degree=10, mode=mode)
+    assert result.ok, result.reason
+    assert np.array_equal(result.total, plaintext_sum(inputs, sorted(inputs)))
+    assert server.neighbours["site-020"] == {f"site-{i:03d}" for i in range(15, 26)} - {"site-020"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_garbage_holder_in_a_full_graph_is_corrected_and_named(mode):
+    """Eight sites, full graph (t = 5 semi-honest, 6 active: one wrong share of eight corrected
+    either way): site-003 sends garbage
     for every share it holds; the sum is the plaintext sum of all eight (its own input was masked
     correctly, and stays in), and it is named for each of the eight secrets."""
     inputs = make_inputs(8, seed=1)
-    result, _ = garbage_sum(inputs, {"site-003"})
+    result, _ = garbage_sum(inputs, {"site-003"}, mode=mode)
     assert result.ok, result.reason
     assert result.included == sorted(inputs)
     assert np.array_equal(result.total, plaintext_sum(inputs, sorted(inputs)))
     assert result.wrong_shares == {"site-003": sorted(inputs)}
 
 
-def test_a_garbage_holder_with_dropouts_in_a_sparse_graph(ring_in_name_order):
-    """40 sites, a sparse graph of degree 10 (11 holders, t = 7: two wrong corrected), two sites
-    lost before masking (their pairwise masks rebuilt from shares of their keys) and site-020
-    sending garbage for every share, of seeds and of keys: the exact sum of the 38 survivors,
-    site-020 named for its own secret and those of its ten neighbours."""
+@pytest.mark.parametrize("mode, degree", [("semi-honest", 10), ("active", 12)])
+def test_a_garbage_holder_with_dropouts_in_a_sparse_graph(ring_in_name_order, mode, degree):
+    """40 sites, a sparse graph: of degree 10 semi-honest (11 holders, t = 7: two wrong corrected,
+    one once the two lost are left out), of degree 12 active (13 holders, t = 9: the same); two
+    sites lost before masking (their pairwise masks rebuilt from shares of their keys) and
+    site-020 sending garbage for every share, of seeds and of keys: the exact sum of the 38
+    survivors, site-020 named for its own secret and those of its neighbours."""
     inputs = make_inputs(40, seed=2)
     lost = {"site-019", "site-023"}
-    result, server = garbage_sum(inputs, {"site-020"}, degree=10, drops={"mask": lost})
+    result, server = garbage_sum(inputs, {"site-020"}, degree=degree, drops={"mask": lost}, mode=mode)
     assert result.ok, result.reason
     survivors = sorted(set(inputs) - lost)
     assert result.included == survivors and np.array_equal(result.total, plaintext_sum(inputs, survivors))
@@ -340,14 +366,15 @@ def test_a_garbage_holder_with_dropouts_in_a_sparse_graph(ring_in_name_order):
 
 
 def test_too_many_garbage_holders_end_the_sum_naming_those_that_can_be_told(ring_in_name_order):
-    """Twelve sites in a ring of degree 4 (5 holders, t = 3: one wrong share corrected), sites
+    """Twelve sites in a ring of degree 4 (5 holders, t = 3, the semi-honest mode's strict
+    majority: one wrong share corrected; the active mode's t = 4 corrects none), sites
     004, 005 and 006 side by side sending garbage. 004 is found alone among site-002's holders
     and 006 among site-008's; 005 is never alone, and the secrets of 003 to 007 hold two or three
     of them (after leaving out 004 and 006, too few or uncheckable). The session ends; the reason
     names 004 and 006, says the rest cannot be told apart, and names no honest site."""
     inputs = make_inputs(12, seed=3)
     garbage = {"site-004", "site-005", "site-006"}
-    result, _ = garbage_sum(inputs, garbage, degree=4)
+    result, _ = garbage_sum(inputs, garbage, degree=4, mode="semi-honest")
     assert not result.ok
     assert result.reason.startswith("cannot remove the self mask of site-003"), result.reason
     assert "cannot tell which" in result.reason
@@ -359,32 +386,38 @@ def test_too_many_garbage_holders_end_the_sum_naming_those_that_can_be_told(ring
 
 
 def test_two_garbage_holders_of_five_cannot_be_told_apart():
-    """Five sites, full graph (t = 3): two garbage holders leave three honest shares per secret,
-    and any three shares lie on a polynomial of degree 2: no decoder can tell which two are
-    wrong, and the abort says so without naming anyone."""
+    """Five sites, full graph (t = 3, semi-honest): two garbage holders leave three honest shares
+    per secret, and any three shares lie on a polynomial of degree 2: no decoder can tell which
+    two are wrong, and the abort says so without naming anyone."""
     inputs = make_inputs(5, seed=4)
-    result, _ = garbage_sum(inputs, {"site-000", "site-004"})
+    result, _ = garbage_sum(inputs, {"site-000", "site-004"}, mode="semi-honest")
     assert not result.ok and "cannot tell which" in result.reason
     assert not any(s in result.reason for s in sorted(inputs)[1:4])
     assert result.wrong_shares == {}
 
 
-def test_a_method_session_with_a_garbage_holder_completes_and_names_it():
+@pytest.mark.parametrize("mode, m", [("semi-honest", 5), ("active", 7)])
+def test_a_method_session_with_a_garbage_holder_completes_and_names_it(mode, m):
     """The ddg_quantile method in-process (the driver's decode step, the method's own finish):
     site-0 answers unmask with garbage inside the field (the issue's case had one silent holder
-    as well; here the five holders leave one to correct). The session is ok, its reason and
-    details name site-0, and the threshold is the one without garbage: epsilon this weak leaves
-    the noise no room to move it off the noiseless bin, so a wrong sum would show."""
+    as well; here the m holders leave one to correct: t = 3 of 5 semi-honest, 5 of 7 active).
+    The session is ok, its reason and details name site-0, and the threshold is the one without
+    garbage: epsilon this weak leaves the noise no room to move it off the noiseless bin, so a
+    wrong sum would show."""
     from protocol.noise import PrivacyNoise
 
     bins = {"lo": 0.0, "hi": 4.0, "count": 16}
     rng = np.random.default_rng(3)
-    sites = [f"site-{j}" for j in range(5)]
+    sites = [f"site-{j}" for j in range(m)]
     scores = {s: rng.uniform(0, 4, 30) for s in sites}
     outcomes = {}
+    secagg = {"graph": "full", **({"mode": mode} if mode != "active" else {})}  # active: the default
     for garbage in (set(), {"site-0"}):
-        method = METHODS["ddg_quantile"](0.1, epsilon=5000.0, bins=bins, count="exact", secagg={"graph": "full"})
+        method = METHODS["ddg_quantile"](0.1, epsilon=5000.0, bins=bins, count="exact", secagg=secagg)
         halves = {s: type(method).site(scores[s], PrivacyNoise(), s) for s in sites}
+        # as protocol.inprocess.run_session does, with a policy that takes the semi-honest mode there
+        for s, identity in identities_in_memory(sites, semi_honest=mode == "semi-honest").items():
+            halves[s].identity = identity
         shares = random.Random(1)
 
         def ask(site, phase, body):
@@ -397,30 +430,33 @@ def test_a_method_session_with_a_garbage_holder_completes_and_names_it():
         outcomes[bool(garbage)] = drive(method, {s: 30 for s in sites}, ask, np.random.default_rng(0))
     clean, spoiled = outcomes[False], outcomes[True]
     assert clean.status == spoiled.status == "ok", spoiled.reason
-    assert spoiled.details["bin"] == clean.details["bin"] and spoiled.details["answered"] == 5
+    assert spoiled.details["bin"] == clean.details["bin"] and spoiled.details["answered"] == m
     assert spoiled.details["wrong_shares"] == {"site-0": sites}
     assert "unmask shares from site-0 were off the other holders' polynomial" in spoiled.reason
     assert "wrong_shares" not in clean.details and "site-0" not in clean.reason
 
 
 def test_over_site_processes_a_flipped_share_is_corrected_and_named(tmp_path):
-    """Six site processes, full graph (t = 4, six holders: one wrong share corrected): site-002's
-    unmask answer has one byte of a share flipped on its way out (a scripted `corrupt` fault,
-    mode content: the message otherwise well formed). The session is ok with the survivors'
-    exact sum (the noiseless threshold: epsilon 5000 leaves the noise no room), and results.csv's
-    details and the session_end event name site-002."""
+    """Seven site processes, full graph (the active mode's t = 5 of seven holders: one wrong share
+    corrected; of six, t = 5 would correct none): site-002's unmask answer has one byte of a
+    share flipped on its way out (a scripted `corrupt` fault, mode content: the message
+    otherwise well formed). The session is ok with the survivors' exact sum (the noiseless
+    threshold: epsilon 5000 leaves the noise no room), and results.csv's details and the
+    session_end event name site-002."""
     import json
 
     from runner.outputs import RunDirectory
     from runner.study import run_study
+    from scenarios.scenario import validate_scenario
     from tests.test_secagg_runtime import noiseless_threshold, scenario
 
     spec = scenario([{"action": "corrupt", "mode": "content", "sites": "site-002", "phase": "unmask"}])
+    spec = validate_scenario({**spec, "sites": {**spec["sites"], "count": 7}})
     run_study(spec, tmp_path)
     (row,) = RunDirectory(tmp_path).read_results()
-    assert row["status"] == "ok" and int(row["answered"]) == 6, row["reason"]
-    assert float(row["threshold"]) == pytest.approx(noiseless_threshold(spec, [f"site-{i:03d}" for i in range(6)]),
-                                                    abs=0)
+    assert row["status"] == "ok" and int(row["answered"]) == 7, row["reason"]
+    everyone = [f"site-{i:03d}" for i in range(7)]
+    assert float(row["threshold"]) == pytest.approx(noiseless_threshold(spec, everyone), abs=0)
     assert set(json.loads(row["details"])["wrong_shares"]) == {"site-002"}
     (end,) = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
               if e["event"] == "session_end"]

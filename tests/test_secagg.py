@@ -18,7 +18,9 @@ from protocol.methods.base import Send
 from protocol.secagg import primitives as crypto
 from protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
 from protocol.secagg import unmasking
-from protocol.secagg.protocol import PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod, sub_mod
+from protocol.secagg.identity import identities_in_memory
+from protocol.secagg.protocol import (FORGED, MODE_PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod,
+                                      advertised, sub_mod)
 from protocol.secagg.shamir import PRIME, ShareError, reconstruct_secret, split_secret
 
 BITS, LENGTH = 20, 32
@@ -80,13 +82,15 @@ def test_harary_graph_is_regular_and_symmetric():
 # -- the protocol, through the codec, with dropouts -----------------------------------------------
 
 def secure_sum(inputs: dict[str, np.ndarray], drops: dict[str, set[str]], degree: int | None = None,
-               seed: int = 0):
-    """Run the four phases in-process through the codec's encode/decode; `drops[phase]` are the
-    sites that do not answer that phase (they stay silent from then on)."""
+               seed: int = 0, mode: str = "active", refusals: bool = False):
+    """Run the phases of `mode` (five active, four semi-honest) in-process through the codec's
+    encode/decode; `drops[phase]` are the sites that do not answer that phase (they stay silent
+    from then on). A site's refusal raises, unless `refusals`: then it is a dropout whose reason
+    says why, as the driver records it (protocol.inprocess.drive)."""
     sites = sorted(inputs)
     m = len(sites)
     k = m - 1 if degree is None else degree
-    params = SecAggParams(BITS, LENGTH, k, default_threshold(k), m)
+    params = SecAggParams(BITS, LENGTH, k, default_threshold(k, mode), m, mode)
     codec = SecAggDDG(LENGTH)
     received = []
 
@@ -94,7 +98,8 @@ def secure_sum(inputs: dict[str, np.ndarray], drops: dict[str, set[str]], degree
         return aggregate
 
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(seed), {}, finish)
-    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
+    identities = identities_in_memory(sites, semi_honest=mode == "semi-honest")
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s]) for s in sites}
     gone: set[str] = set()
     step = coordinator.start()
     while isinstance(step, Send):
@@ -104,7 +109,14 @@ def secure_sum(inputs: dict[str, np.ndarray], drops: dict[str, set[str]], degree
             if site in gone:
                 dropped[site] = "no answer"
                 continue
-            wire = codec.encode(halves[site].answer(step.phase, body))
+            try:
+                answer = halves[site].answer(step.phase, body)
+            except RequestError as exc:
+                if not refusals:
+                    raise
+                dropped[site] = f"refused: {exc}"
+                continue
+            wire = codec.encode(answer)
             received.append(wire)
             answers[site] = codec.decode(wire)
         step = coordinator.advance(step.phase, answers, dropped)
@@ -124,45 +136,72 @@ def make_inputs(m, seed=0):
 
 
 @pytest.mark.parametrize("graph", ["full", "sparse"])
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("mode, phase", [(mode, phase) for mode, phases in MODE_PHASES.items()
+                                         for phase in phases])
 @pytest.mark.parametrize("count", ["none", "one", "several", "too many"])
-def test_sum_is_bit_exact_under_dropouts(graph, phase, count):
+def test_sum_is_bit_exact_under_dropouts(graph, mode, phase, count):
     m = 16
     inputs = make_inputs(m, seed=hash((graph, phase, count)) % 1000)
     degree = None if graph == "full" else default_degree(m) // 2 * 2 - 2  # 6: a real sparse graph
     k = m - 1 if degree is None else degree
-    t = default_threshold(k)
+    t = default_threshold(k, mode)
     # "too many": fewer than t left in the phase (for the sparse graph, a whole neighbourhood)
     n = {"none": 0, "one": 1, "several": 3, "too many": m - t + 1}[count]
     rnd = random.Random(7)
     dropped = set(rnd.sample(sorted(inputs), n))
-    result, params, _ = secure_sum(inputs, {phase: dropped}, degree)
+    result, params, _ = secure_sum(inputs, {phase: dropped}, degree, mode=mode)
     if count == "too many":
         assert not result.ok and ("threshold" in result.reason or "needed" in result.reason)
         return
+    if mode == "active" and phase == "consistency" and n and graph == "sparse":
+        # under a sparse graph no share of a survivor's self mask leaves without that survivor's
+        # own signature: a site lost between masking and signing ends the sum, nothing unmasked
+        # (red team round 4); under a full graph t signatures on the one survivor set suffice
+        assert not result.ok and f"{n} site(s) named surviving did not sign the survivor set" in result.reason
+        return
     assert result.ok, result.reason
-    survivors = sorted(inputs) if phase == "unmask" else sorted(set(inputs) - dropped)
+    survivors = sorted(inputs) if phase in ("consistency", "unmask") else sorted(set(inputs) - dropped)
     assert result.included == survivors  # a site lost in unmask had already sent its input
     assert np.array_equal(result.total, plaintext_sum(inputs, survivors))
 
 
-def test_random_dropout_patterns_give_the_exact_sum_or_an_explained_abort():
+@pytest.mark.parametrize("mode", MODE_PHASES)
+def test_random_dropout_patterns_give_the_exact_sum_or_an_explained_abort(mode):
+    """Sites lost in every phase of the mode (a site refusing a request the driver records as a
+    dropout): the exact sum of those that masked, or an abort that says why. In the active mode
+    a survivor lost before it signed the survivor set (or refusing to sign: fewer than t
+    survivors around it) ends the sum, since no share of its self mask leaves without its
+    signature, and t is above two thirds of each neighbourhood: far fewer of these patterns
+    give a sum. An honest coordinator is never taken for a liar, however many sites it loses."""
     rnd = random.Random(11)
     m = 24
     inputs = make_inputs(m, seed=5)
-    outcomes = {"ok": 0, "aborted": 0}
+    phases = MODE_PHASES[mode]
+    outcomes = {"ok": 0, "aborted": 0, "unsigned": 0}
     for trial in range(40):
-        drops = {p: set(rnd.sample(sorted(inputs), rnd.choice([0, 0, 1, 2, 4]))) for p in PHASES}
-        result, params, _ = secure_sum(inputs, drops, default_degree(m), seed=trial)
+        drops = {p: set(rnd.sample(sorted(inputs), rnd.choice([0, 0, 1, 2, 4]))) for p in phases}
+        result, params, _ = secure_sum(inputs, drops, default_degree(m), seed=trial, mode=mode, refusals=True)
+        lost = set().union(*(drops[p] for p in phases[:3]))  # before masking: advertise, share, mask
+        unsigned = drops.get("consistency", set()) - lost  # survivors lost before they signed (active)
         if result.ok:
-            lost = set().union(*(drops[p] for p in PHASES[:3]))
+            assert not unsigned
             survivors = sorted(set(inputs) - lost)
+            assert result.included == survivors
             assert np.array_equal(result.total, plaintext_sum(inputs, survivors))
             outcomes["ok"] += 1
+            continue
+        assert result.reason
+        assert FORGED not in result.reason and "another survivor set" not in result.reason, result.reason
+        assert "caught lying" not in result.reason, result.reason
+        if "did not sign the survivor set" in result.reason:  # the lost, and any that refused to sign
+            assert mode == "active" and int(result.reason.split()[0]) >= len(unsigned), result.reason
+            outcomes["unsigned"] += 1
         else:
-            assert result.reason
             outcomes["aborted"] += 1
-    assert outcomes["ok"] >= 30
+    # semi-honest: 37 sums of 40 (t a strict majority of each neighbourhood's 11); active: 8, and
+    # 27 of the 32 aborts for a survivor that did not sign
+    assert outcomes["ok"] >= (30 if mode == "semi-honest" else 5), outcomes
+    assert (outcomes["unsigned"] >= 20) == (mode == "active"), outcomes
 
 
 def test_large_sparse_federation():
@@ -193,36 +232,83 @@ def test_the_coordinator_sees_only_uniform_masked_vectors():
         assert stats.chisquare(counts).pvalue > 1e-6
 
 
-def test_a_site_refuses_ciphertexts_from_strangers():
-    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
-    client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 2, "threshold": 2}})
-    peers = {name: {"index": i, "c": crypto.public_bytes(crypto.new_private_key()),
-                    "s": crypto.public_bytes(crypto.new_private_key())} for i, name in enumerate("bc", start=2)}
-    client.answer("share", {"index": 1, "threshold": 2, "peers": peers})
+def fresh_keys() -> dict:
+    return {name: crypto.public_bytes(crypto.new_private_key()) for name in ("c", "s")}
+
+
+def peer_entries(names, nonce: int = 1, context: bytes = b"", identities=None, first: int = 2) -> dict:
+    """Share-request entries for `names` (Shamir indices from `first` on) with fresh keys; with
+    `identities`, each signed by its peer as it would advertise them (active mode)."""
+    peers = {}
+    for i, name in enumerate(names, start=first):
+        keys = fresh_keys()
+        if identities is not None:
+            keys["sig"] = identities[name].sign(advertised(nonce, context, name, keys["c"], keys["s"]))
+        peers[name] = {"index": i, **keys}
+    return peers
+
+
+@pytest.mark.parametrize("mode", MODE_PHASES)
+def test_a_site_refuses_ciphertexts_from_strangers(mode):
+    """Three sites, full graph: site a takes a share request naming b and c (signed by them, in
+    the active mode), then is sent a ciphertext from zz, no neighbour of its: refused."""
+    identities = identities_in_memory("abc") if mode == "active" else None
+    client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64),
+                          identity=identities["a"] if identities else None)
+    t = default_threshold(2, mode)  # of three holders: 2 (a strict majority), 3 (active: over two thirds)
+    client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 2, "threshold": t,
+                                           "mode": mode}})
+    peers = peer_entries("bc", identities=identities)
+    client.answer("share", {"index": 1, "threshold": t, "peers": peers, "live": 3})
     with pytest.raises(SecAggRefusal, match="not my neighbours"):
         client.answer("mask", {"ciphertexts": {"zz": b"x" * 40}})
 
 
-def test_site_refusals():
+def test_an_active_site_refuses_keys_its_peer_did_not_sign():
+    """The same share request with c's keys swapped for the coordinator's own (signed by nobody,
+    or by b) is refused naming c, before any share leaves; an identity-less site refuses the
+    active mode outright."""
+    identities = identities_in_memory("abc")
+    advertise = {"params": {"modulus_bits": 8, "length": 4, "degree": 2, "threshold": 3}}
+    for nonce, forge in enumerate(("unsigned", "signed by b"), start=1):  # a site answers a nonce once
+        client = SecAggClient("a", nonce, lambda p: np.zeros(4, dtype=np.uint64), identity=identities["a"])
+        client.answer("advertise", advertise)
+        peers = peer_entries("bc", nonce, identities=identities)
+        keys = fresh_keys()
+        sig = (bytes(64) if forge == "unsigned"
+               else identities["b"].sign(advertised(nonce, b"", "c", keys["c"], keys["s"])))
+        peers["c"] = {"index": 3, **keys, "sig": sig}
+        with pytest.raises(SecAggRefusal, match=f"{FORGED}: the keys relayed for c were not signed by c"):
+            client.answer("share", {"index": 1, "threshold": 3, "peers": peers, "live": 3})
+    with pytest.raises(SecAggRefusal, match="holds no signing key"):
+        SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64)).answer("advertise", advertise)
+
+
+@pytest.mark.parametrize("mode", MODE_PHASES)
+def test_site_refusals(mode):
     client = SecAggClient("a", 1, lambda p: np.zeros(4, dtype=np.uint64))
     with pytest.raises(SecAggRefusal, match="out of order"):
         client.answer("mask", {})
     with pytest.raises(SecAggRefusal, match="majority"):
-        client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 6, "threshold": 2}})
+        client.answer("advertise", {"params": {"modulus_bits": 8, "length": 4, "degree": 6, "threshold": 2,
+                                               "mode": mode}})
     inputs = make_inputs(5)
     sites = sorted(inputs)
-    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s]) for s in sites}
-    params = SecAggParams(BITS, LENGTH, 4, 3, len(sites))
+    identities = identities_in_memory(sites, semi_honest=mode == "semi-honest")
+    halves = {s: SecureSumSite(s, lambda public, p, s=s: inputs[s], identity=identities[s]) for s in sites}
+    params = SecAggParams(BITS, LENGTH, 4, default_threshold(4, mode), len(sites), mode)
     coordinator = SecureSumCoordinator(params, sites, np.random.default_rng(0), {}, lambda a: a)
     step = coordinator.start()
-    for phase in PHASES[:3]:
+    for phase in ("advertise", "share", "mask"):
         answers = {s: halves[s].answer(phase, body) for s, body in step.requests.items()}
         step = coordinator.advance(phase, answers, {})
+    # the survivor set comes next: signed in the consistency round (active), answered in unmask
+    assert step.phase == ("consistency" if mode == "active" else "unmask")
     # a coordinator asking for a survivor's key share (to strip its pairwise masks) is refused
     body = dict(step.requests[sites[0]])
     body["dropped"] = [sites[1]]
     with pytest.raises(RequestError, match="both surviving and dropped"):
-        halves[sites[0]].answer("unmask", body)
+        halves[sites[0]].answer(step.phase, body)
     with pytest.raises(RequestError, match="already answered|out of order"):
         halves[sites[2]].answer("share", step.requests[sites[2]])
 
@@ -265,6 +351,7 @@ def test_barycentric_interpolation_equals_the_polynomial_everywhere():
     assert batch_inverse([]) == [] and batch_inverse([5]) == [pow(5, -1, PRIME)]
 
 
+@pytest.mark.usefixtures("fork_server_preloaded")
 def test_the_unmasking_split_between_two_processes_gives_the_same_bits(monkeypatch):
     """A large session's unmasking runs every other mask in a worker process (issue 40): forced
     on for a small session, the sum is still the plaintext sum, bit for bit, and a worker ran."""
@@ -314,6 +401,7 @@ def corrupted(job):
     return type(job)(**{**job.__dict__, "shares": shares})
 
 
+@pytest.mark.usefixtures("fork_server_preloaded")
 @pytest.mark.parametrize("parallel_from", [2, 10**9])
 def test_unmasking_jobs_sum_exactly_and_the_first_failure_in_order_is_named(parallel_from):
     ring = unmasking.Ring(threshold=4, length=16, bits=20, nonce=77)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -327,31 +328,39 @@ def test_declared_bounds_equal_to_data_values_are_released():
 
 class FakeSecAggClient:  # the SecAgg client after `share`: its parameters and peers
     def __init__(self, peers, sites):
+        from protocol.secagg.graph import default_threshold
         from protocol.secagg.protocol import SecAggParams
 
         self.peers = {f"site-{i}": {} for i in range(peers)}
-        self.params = SecAggParams(8, 4, peers, peers // 2 + 1, sites)
+        self.params = SecAggParams(8, 4, peers, default_threshold(peers, "active"), sites)
 
     def answer(self, phase, body):
         return {"b": {}, "s": {}}
 
 
-def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked():
+#: the phase whose request names the survivors: consistency in the active mode (the site signs
+#: the set, and the unmask request carries signatures only), unmask in the semi-honest one
+SURVIVOR_PHASES = ["consistency", "unmask"]
+
+
+@pytest.mark.parametrize("phase", SURVIVOR_PHASES)
+def test_a_secure_sum_site_refuses_to_unmask_fewer_survivors_than_it_booked(phase):
     """The coordinator claims (and the site books) a sum over 5 noisy inputs, then names only 3
-    survivors in the unmask request: under a full graph (the parameters say 5 sites, degree 4)
-    the site sees every survivor and refuses; under a sparse graph (100 sites) the global count
-    is beyond its sight and is not refused here (its policy decides: the next test)."""
+    survivors in the request that names them: under a full graph (the parameters say 5 sites,
+    degree 4) the site sees every survivor and refuses; under a sparse graph (100 sites) the
+    global count is beyond its sight and is not refused here (its policy decides: the next test)."""
     from protocol.accounting import Spend
     from protocol.methods.secure_sum import SecureSumSite
+    from protocol.secagg.protocol import ANSWER_KIND, SHORT_OF_CLAIM
 
     half = SecureSumSite("site-x", lambda public, params: None)
     half.claimed, half.client = 5, FakeSecAggClient(4, 5)
-    with pytest.raises(RequestError, match="only 3 survivors named .* booked for 5 inputs"):
-        half.answer("unmask", {"survivors": ["a", "b", "c"], "dropped": []})
-    assert half.answer("unmask", {"survivors": list("abcde"), "dropped": []})[0] == "unmask"
+    with pytest.raises(RequestError, match=rf"only 3 survivors named, {re.escape(SHORT_OF_CLAIM)} .*\(5\)"):
+        half.answer(phase, {"survivors": ["a", "b", "c"], "dropped": []})
+    assert half.answer(phase, {"survivors": list("abcde"), "dropped": []})[0] == ANSWER_KIND[phase]
     sparse = SecureSumSite("site-y", lambda public, params: None)
     sparse.claimed, sparse.client = 50, FakeSecAggClient(4, 100)
-    assert sparse.answer("unmask", {"survivors": list("abc"), "dropped": []})[0] == "unmask"
+    assert sparse.answer(phase, {"survivors": list("abc"), "dropped": []})[0] == ANSWER_KIND[phase]
     checked = SecureSumSite("site-z", lambda public, params: None, check=lambda public: Spend("dp", 1.0, 1e-6,
                                                                                              contributors=7))
     with pytest.raises(RequestError, match="secure-aggregation parameters"):
@@ -376,7 +385,8 @@ def test_a_sealed_answer_claims_what_the_site_booked_and_the_key_it_sealed_to(tm
     assert claim == sealing_claim(12, coordinator.public_key, question) and len(question) == 32
 
 
-def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says(tmp_path):
+@pytest.mark.parametrize("phase", SURVIVOR_PHASES)
+def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says(tmp_path, phase):
     """A secure sum over a sparse graph (100 sites, degree 4) claimed for 50 inputs where the site
     sees 5 survivors (itself and 4 neighbours): the global count is the coordinator's word.
     `unseen_claims: trust` (default) answers; `refuse` refuses before unmasking, naming the claim."""
@@ -390,22 +400,30 @@ def test_a_claim_beyond_the_sites_sight_is_trusted_or_refused_as_its_policy_says
         body = {"survivors": [f"s{i}" for i in range(5)], "dropped": []}
         if refused:
             with pytest.raises(RequestError, match="claimed for 50 inputs, more than the 5 survivors this site can see"):
-                local.answer(7, "ddg_quantile", "unmask", body)
+                local.answer(7, "ddg_quantile", phase, body)
             assert "unseen_claims: refuse" in local.account.records[-1]["reason"]
         else:
-            assert local.answer(7, "ddg_quantile", "unmask", body) is not None
+            assert local.answer(7, "ddg_quantile", phase, body) is not None
 
 
-def test_a_secure_sum_whose_parameters_do_not_say_how_many_sites_were_asked_is_refused():
+@pytest.mark.parametrize("mode", ["active", "semi-honest"])
+def test_a_secure_sum_whose_parameters_do_not_say_how_many_sites_were_asked_is_refused(mode):
     """Red team round 3, issue 48: `sites: 0` ("not said") switched off the check of a claim
     against the sites asked and made a full graph look sparse; every honest session says m."""
     from protocol.accounting import Spend
     from protocol.methods.secure_sum import SecureSumSite
+    from protocol.secagg.graph import default_threshold
+    from protocol.secagg.identity import identities_in_memory
     from protocol.secagg.protocol import SecAggParams
 
-    for sites, refused in ((0, "do not say how many sites"), (10, "more than the 10 sites the session asked")):
+    identity = identities_in_memory(["site-000"], semi_honest=mode == "semi-honest")["site-000"]
+    # 9 peers of 10 sites is the full graph; said as 0 sites, an odd degree would be refused as a
+    # sparse graph's before the count is looked at: 8 there
+    for nonce, (sites, degree, refused) in enumerate(((0, 8, "do not say how many sites"),
+                                                      (10, 9, "more than the 10 sites the session asked"))):
         half = SecureSumSite("site-000", lambda public, params: None,
-                             check=lambda public: Spend("dp", 1.0, 1e-6, contributors=1000))
-        params = SecAggParams(16, 4, 9, 6, sites).as_body()
+                             check=lambda public: Spend("dp", 1.0, 1e-6, contributors=1000),
+                             identity=identity)
+        params = SecAggParams(16, 4, degree, default_threshold(degree, mode), sites, mode).as_body()
         with pytest.raises(RequestError, match=refused):
-            half.answer("advertise", {"params": params, "nonce": 1, "method": {}})
+            half.answer("advertise", {"params": params, "nonce": nonce, "method": {}})

@@ -66,7 +66,7 @@ class DDGQuantile(Method):
     def __init__(self, alpha, epsilon, bins, delta=1e-5, sigma2=2.0, histogram="flat", count="estimated",
                  accounting="exact", level="conformal", modulus_bits=0, failure=1e-6, dropouts=0, on_shortfall="abort",
                  secagg=None, report_levels=None):
-        secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
+        secagg = {"graph": "sparse", "degree": 0, "threshold": 0, "mode": "active", **(secagg or {})}
         report_levels = list(DEFAULT_LEVELS if report_levels is None else report_levels)
         bins = bins_as_spec(bins)
         super().__init__(alpha, epsilon=epsilon, bins=bins, delta=delta, sigma2=sigma2, histogram=histogram,

@@ -42,7 +42,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
     def __init__(self, alpha, epsilon, bins, gamma_grid=50, dropouts=0, delta=1e-6, on_shortfall="abort",
                  secagg=None):
         super().__init__(alpha, epsilon, bins, gamma_grid, dropouts, delta, on_shortfall)
-        self.params["secagg"] = self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, **(secagg or {})}
+        self.params["secagg"] = self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, "mode": "active", **(secagg or {})}
 
     def make_codec(self):
         return SecAggDDG(self._bins().count)

@@ -299,11 +299,11 @@ class SecAggServer:
         rebuilds from its own)."""
         signers = set(answers)
         unsigned = sorted(set(self.masked) - signers)
-        if unsigned:  # their neighbours would refuse: no self-mask share leaves without its owner's signature
+        if unsigned and not self.full:  # their neighbours would refuse (SecAggClient._check_consistency)
             return self._abort(f"{len(unsigned)} site(s) named surviving did not sign the survivor set (lost in the "
-                               f"consistency round), e.g. {unsigned[0]}: in the active mode no holder releases a share "
-                               f"of a survivor's self mask without the survivor's own signature, so the sum cannot "
-                               f"be unmasked; nothing was")
+                               f"consistency round), e.g. {unsigned[0]}: under a sparse graph no holder releases a "
+                               f"share of a survivor's self mask without the survivor's own signature, so the sum "
+                               f"cannot be unmasked; nothing was unmasked")
         out = {}
         for v in sorted(signers):
             near = sorted((self.neighbours[v] | {v}) & signers)
@@ -567,10 +567,16 @@ class SecAggClient:
         return {"b": b_out, "s": s_out}
 
     def _check_consistency(self, body) -> None:
-        """Active mode, before any unmasking share leaves: the signature of every survivor of my
-        view (me included: at least t, as the view was checked), each on a view that agrees with
-        mine wherever the two neighbourhoods overlap (under a full graph: on my own view, the one
-        survivor set). Anything else: INCONSISTENT, naming the site.
+        """Active mode, before any unmasking share leaves: at least t signatures, each by a survivor
+        of my view, each on a view that agrees with mine wherever the two neighbourhoods overlap
+        (under a full graph: on my own view, the one survivor set: Bonawitz et al.'s check, where
+        a survivor that did not sign still has its self mask rebuilt); under a sparse graph the
+        signature of every survivor of my view. Anything else: INCONSISTENT, naming the site.
+
+        Under a full graph t > 2m/3 signatures on one survivor set suffice: a coordinator that
+        wanted one site's input would have to name its mask partners (at least t - 1, all of
+        whose ciphertexts it holds) dropped, and they and the site refuse that set, leaving at
+        most m - t < t signers.
 
         Why every survivor's own signature (red team round 4): a share of v's self mask leaves a
         holder only with v's signature on a view agreeing with the holder's, so every holder that
@@ -580,7 +586,8 @@ class SecAggClient:
         more of the same k + 1 holders signing r dropped, and an honest site signs one view per
         session (its nonce is never answered twice): 2t > k + 1 + colluders forbids it. Without
         this rule a coordinator that withheld some of v's ciphertexts and showed each site its
-        own view read v's input with no colluder under a sparse graph."""
+        own view read v's input with no colluder under a sparse graph. Its price: under a sparse
+        graph a survivor lost in the consistency round ends the session (explained)."""
         signatures, views = body.get("signatures"), body.get("views")
         if not isinstance(signatures, dict) or (views is not None and not isinstance(views, dict)):
             raise SecAggRefusal("the unmask request needs the survivors' signatures")
@@ -595,7 +602,8 @@ class SecAggClient:
             raise SecAggRefusal(f"{INCONSISTENT}: signatures from sites I was not told survived: "
                                 f"{sorted(map(str, others))[:5]}")
         unsigned = set(self.survivors) - set(signatures)
-        if unsigned:  # a share of v's self mask leaves only with v's own signature on a view agreeing with mine
+        if unsigned and self.live - 1 > self.params.degree:
+            # sparse: a share of v's self mask leaves only with v's own signature on a view agreeing with mine
             raise SecAggRefusal(f"{INCONSISTENT}: {sorted(unsigned)[0]}, named surviving, did not sign the survivor "
                                 f"set: refusing to unmask")
         arrangement = harary_by_index(self.live, min(self.params.degree, self.live - 1),
