@@ -37,6 +37,11 @@ HOUSE_PREFIX = __name__.removesuffix("runner.processes")  # "" in a checkout, "q
 PRELOAD = ["numpy", "scipy.special", "zmq", "msgpack", "sklearn.linear_model", "quantile_forest",
            f"{HOUSE_PREFIX}sites.host", f"{HOUSE_PREFIX}shuffler.driver",
            *METHODS.builtin_modules(), *CODECS.builtin_modules()]  # named as the registries import them
+# Set as this module loads, before anything in the process can start the fork server: the secure
+# sum's unmasking worker (protocol.secagg.unmasking) starts it too, and a preload set after it
+# started is ignored, so each site process forked later imported every module itself, seconds
+# each, past a join deadline ("0 joined")
+multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
 
 PROCESS_MEMORY = 64 * 2**20  # what one site process costs with a small model loaded (measured ~34 MB), with room
 PER_SITE_LIMIT = 64  # at most this many one-site processes, however large the machine
