@@ -3,7 +3,7 @@
 n clients (one scalar each: Unif[0, 10] or chi^2(4) clipped to [0, 10]), b uniform bins, ring
 M = 2^18, sigma^2 = 2 (c derived from epsilon), flat histogram with estimated / exact count and
 hierarchical histogram (exact sensitivities, and theorem 2 as printed), each run through the real protocol in-process (secure aggregation with
-X25519/AES-GCM/ChaCha20 masks, OpenDP's exact discrete Gaussian). Writes JSON and a plot.
+X25519/AES-GCM/ChaCha20 masks, the exact discrete Gaussian of protocol.noise). Writes JSON and a plot.
 
     python bench/paper001_fig2.py [--n 128 512] [--b 32 64] [--runs 10] [--out runs/paper001-fig2]
 The same setting as scenarios: scenarios/paper001/*.yaml (with `run.py sweep`).
