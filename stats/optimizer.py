@@ -99,9 +99,10 @@ def _descend(sizes, ells, k, target, k_robust):
     dropouts = len(sizes) - k_robust if k_robust else 0
     # one quadrature grid per constraint: M(ells, k) >= target, and M(ells, m - d) >= target
     grids = {kk: _search_grid(sizes_arr, ells, kk) for kk in {k, k_robust} - {None}}
+    laws = {}  # per grid, the last orders' Poisson-binomial laws: an accepted trial's are the next step's
     history = [ells.copy()]
     for _ in range(MAX_STEPS):
-        state = {kk: _evaluate(grid, sizes_arr, ells, kk) for kk, grid in grids.items()}
+        state = {kk: _evaluate(grid, sizes_arr, ells, kk, laws=laws) for kk, grid in grids.items()}
         margins = {kk: coverage_k - target - SEARCH_MARGIN for kk, (coverage_k, _) in state.items()}
         fits = ells > 1
         for kk, (_, effect) in state.items():
@@ -119,7 +120,7 @@ def _descend(sizes, ells, k, target, k_robust):
                 used[kk] += state[kk][1][j]
         trial = ells.copy()
         trial[chosen] -= 1
-        if any(_evaluate(grid, sizes_arr, trial, kk, effects=False)[0] < target + SEARCH_MARGIN
+        if any(_evaluate(grid, sizes_arr, trial, kk, effects=False, laws=laws)[0] < target + SEARCH_MARGIN
                for kk, grid in grids.items()):
             trial = ells.copy()
             trial[order[0]] -= 1  # a single step's effect is exact: it fits
@@ -150,14 +151,22 @@ def _search_grid(sizes, ells, k):
         previous, panels = value, panels * 2
 
 
-def _evaluate(grid, sizes, ells, k, effects=True):
+def _evaluate(grid, sizes, ells, k, effects=True, laws=None):
     """(M(ells, k), the exact change of M from lowering each ell_j by one) on one grid.
 
-    Sites with the same (n_j, ell_j) have the same effect: it is computed once per pair.
+    Sites with the same (n_j, ell_j) have the same effect: it is computed once per pair. `laws`
+    keeps, per grid, the last orders' p_j(t) and law of W, reused when the same orders come back.
     """
     a, t, w = grid
-    p = site_cdfs(t, sizes, ells.astype(float))
-    pmf = poisson_binomial_pmf(p)
+    key = ells.tobytes()
+    last = None if laws is None else laws.get(id(grid))
+    if last is not None and last[0] == key:
+        p, pmf = last[1], last[2]
+    else:
+        p = site_cdfs(t, sizes, ells.astype(float))
+        pmf = poisson_binomial_pmf(p)
+        if laws is not None:
+            laws[id(grid)] = (key, p, pmf)
     coverage = a + float(w @ pmf[:, :k].sum(axis=1))
     if not effects:
         return coverage, None

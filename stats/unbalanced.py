@@ -33,6 +33,8 @@ BISECTIONS = 24
 PANEL_NODES = 32
 MAX_PANELS = 512
 AGREEMENT = 1e-13
+#: Quadrature nodes whose Poisson-binomial laws are held at once (cdf_columns).
+NODE_CHUNK = 512
 
 _x, _w = np.polynomial.legendre.leggauss(PANEL_NODES)
 _UNIT_X, _UNIT_W = (_x + 1.0) / 2.0, _w / 2.0
@@ -108,14 +110,26 @@ def coverage_window(sizes, ells, k_low: int, k_high: int) -> np.ndarray:
     panels = 2
     while True:
         t, w = _composite(a, b, panels)
-        cdf = poisson_binomial_cdf(site_cdfs(t, fs, fe))
-        value = a + w @ cdf[:, k_low - 1: top]  # P(W <= k - 1) for k = k_low..top
+        value = a + w @ cdf_columns(t, fs, fe, k_low - 1, top)  # P(W <= k - 1) for k = k_low..top
         if previous is not None and np.max(np.abs(value - previous)) < AGREEMENT:
             out[: top - k_low + 1] = value
             return out
         if panels >= MAX_PANELS:
             raise ArithmeticError(f"quadrature did not settle (last change {np.max(np.abs(value - previous)):.2e})")
         previous, panels = value, panels * 2
+
+
+def cdf_columns(t: np.ndarray, sizes: np.ndarray, ells: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """P(W(t) <= c) for c = lo..hi-1 at every node t, NODE_CHUNK nodes at a time: each node's law
+    is computed on its own (the same values as all at once), so memory stays at NODE_CHUNK laws
+    of m + 1 counts (and the product tree's buffers) however many nodes the quadrature needs."""
+    out = None
+    for i in range(0, t.size, NODE_CHUNK):
+        cdf = poisson_binomial_cdf(site_cdfs(t[i:i + NODE_CHUNK], sizes, ells))
+        if out is None:  # the layout of one whole law (the recursion's is column-major): the same sums
+            out = np.empty((t.size, hi - lo), order="F" if cdf.flags.f_contiguous and not cdf.flags.c_contiguous else "C")
+        out[i:i + NODE_CHUNK] = cdf[:, lo:hi]
+    return out
 
 
 def smallest_order_reaching(sizes, ells, level: float) -> tuple[int, float]:

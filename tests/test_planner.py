@@ -119,3 +119,141 @@ def test_planning_for_a_million_scores_a_site_is_quick_and_the_same_plan():
     i = int(np.argmin(np.where(ks > 0, covs, np.inf)))
     by_k = _plan_by_k(m, n, 0.1, 0)
     assert (by_k.ells[0], by_k.k, by_k.coverage) == (int(ells[i]), int(ks[i]), float(covs[i]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 48 point 4: planning at the join bound, the same plans faster
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_reaching_is_the_smallest_index_reaching_the_threshold(seed):
+    """The bracketed search gives what a scan gives, for every row, whatever its guess; rows with
+    no index reaching the threshold get their virtual upper end; values are the evaluated ones."""
+    from stats.planner import first_reaching
+
+    rng = np.random.default_rng(seed)
+    rows, width = 40, 300
+    table = np.sort(rng.random((rows, width)) ** rng.uniform(0.3, 3.0), axis=1)  # non-decreasing rows
+    table[::7] = np.floor(table[::7] * 4) / 4  # plateaus and ties
+    threshold = float(rng.uniform(0.2, 0.95))
+    lo = rng.integers(-1, 50, size=rows)
+    hi = np.full(rows, width)  # virtual: one past the last index
+    evaluated = []
+
+    def evaluate(r, xs):
+        evaluated.append(xs)
+        return table[r, xs]
+
+    x, values = first_reaching(evaluate, lo, hi, threshold, guess=rng.uniform(-20, width + 20, size=rows))
+    for i in range(rows):
+        reaching = [j for j in range(lo[i] + 1, width) if table[i, j] >= threshold]
+        assert x[i] == (reaching[0] if reaching else width)
+        assert values[i] == table[i, x[i]] if reaching else np.isnan(values[i])
+    assert all(((xs > -1) & (xs < width)).all() for xs in evaluated)  # nothing outside the brackets
+
+
+@pytest.mark.parametrize("m,n", [(1, 50), (2, 1000), (3, 17), (40, 5000), (200, 300), (1000, 40), (7, 100_000)])
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.3])
+@pytest.mark.parametrize("dropouts", [0, 1, 2])
+def test_smallest_orders_are_those_a_scan_finds(m, n, alpha, dropouts):
+    """Each row's smallest valid order, against a scan of M at both neighbours: M at the order
+    reaches 1 - alpha and M one below falls short (values exactly those of qq_coverage)."""
+    from stats.planner import smallest_valid_ell, smallest_valid_k
+
+    if dropouts >= m:
+        return
+    threshold = 1 - alpha - COVERAGE_TOLERANCE
+    ks = np.unique(np.linspace(1, m, 12).astype(int))
+    ells, covs = smallest_valid_ell(m, n, ks, alpha, at_least=1 + dropouts)
+    for k, ell, cov in zip(ks, ells, covs):
+        if ell == 0:
+            assert qq_coverage(m, n, n, k) < threshold
+            continue
+        assert cov == qq_coverage(m, n, ell, k) and cov >= threshold
+        assert ell == 1 + dropouts or qq_coverage(m, n, ell - 1, k) < threshold
+    rows = np.unique(np.linspace(1, n, 12).astype(int))
+    ks, covs = smallest_valid_k(m, n, rows, alpha)
+    for ell, k, cov in zip(rows, ks, covs):
+        if k == 0:
+            assert qq_coverage(m, n, ell, m) < threshold
+            continue
+        assert cov == qq_coverage(m, n, ell, k) and cov >= threshold
+        assert k == 1 or qq_coverage(m, n, ell, k - 1) < threshold
+
+
+#: eq. (6) plans at the join bound as the bisection planner (before issue 48's speed-up) made them
+#: and the whole-table search would: (m, n, alpha) -> (ell, k, coverage)
+PLANS_AT_THE_BOUND = {(2, 10**6, 0.1): (899832, 2, 0.9000004837264534),
+                      (1000, 10**6, 0.1): (899477, 960, 0.9000000002487452)}
+
+
+@pytest.mark.parametrize("case", sorted(PLANS_AT_THE_BOUND))
+def test_plans_at_the_bound_are_unchanged(case):
+    """Sites of 10^6 scores (the join bound): the plan the k-by-k bisection made, bit for bit (at
+    10,000 sites, (899993, 5102, 0.9000000000529103), checked by bench/plan_time.py)."""
+    plan = plan_quantile_of_quantiles.__wrapped__(*case)
+    assert (plan.ells[0], plan.k, plan.coverage) == PLANS_AT_THE_BOUND[case]
+
+
+def _choose_gamma_every_gamma(sizes, alpha, epsilon, bins, grid, dropouts):
+    """Paper 000 section 4's grid search as written: every gamma planned, the first smallest proxy."""
+    from stats.dp import correction_order
+    from stats.planner import coverage_unbalanced, plan_paper_rule
+
+    m, equal, best = len(sizes), len(set(sizes)) == 1, None
+    for gamma in np.arange(1, grid + 1) / (grid + 1):
+        level_alpha = 1.0 - (1.0 - alpha) / (1.0 - gamma * alpha)
+        if level_alpha <= 0:
+            continue
+        plan = (plan_quantile_of_quantiles(m, sizes[0], level_alpha, dropouts) if equal
+                else plan_paper_rule(sizes, level_alpha, dropouts))
+        if plan.infinite:
+            continue
+        correction = correction_order(epsilon, bins, gamma, alpha, m)
+        raised = [e + correction for e in plan.ells]
+        if any(r > n for r, n in zip(raised, sizes)):
+            continue
+        proxy = (float(qq_coverage(m, sizes[0], raised[0], plan.k)) if equal
+                 else coverage_unbalanced(sizes, raised, plan.k))
+        if best is None or proxy < best[3]:
+            best = (float(gamma), plan, correction, proxy)
+    return best
+
+
+@pytest.mark.parametrize("sizes", [(40,) * 5, (500,) * 3, (5000,) * 20, (100_000,) * 2, (20, 30, 45),
+                                   (300, 800, 2500, 7000), (60,) * 9 + (10**6,), (1000, 10**6) * 4])
+@pytest.mark.parametrize("epsilon", [1.0, 8.0])
+@pytest.mark.parametrize("dropouts", [0, 1])
+def test_choosing_gamma_gives_the_choice_of_planning_every_gamma(sizes, epsilon, dropouts):
+    """choose_gamma stops where no later gamma's proxy can be smaller and skips gammas whose raised
+    paper-rule orders exceed a site's size: the same (gamma, plan, ell_cor, proxy), bit for bit."""
+    from stats.planner import choose_gamma
+
+    for alpha, grid in ((0.1, 50), (0.2, 7)):
+        expected = _choose_gamma_every_gamma(sizes, alpha, epsilon, 20, grid, dropouts)
+        got = choose_gamma.__wrapped__(sizes, alpha, epsilon, 20, grid, dropouts)
+        if expected is None:
+            assert got is None
+            continue
+        assert got[0] == expected[0] and got[2:] == expected[2:]
+        assert (got[1].ells, got[1].k, got[1].coverage) == (expected[1].ells, expected[1].k, expected[1].coverage)
+
+
+def test_laws_are_the_same_a_few_nodes_at_a_time(monkeypatch):
+    """The product tree and the unequal-size quadrature hold a few nodes' laws at a time (bounded
+    memory at the join bound): each node's law is its own, so the coverages are the same bits."""
+    from stats import poissonbinomial, unbalanced
+
+    rng = np.random.default_rng(3)
+    sizes = tuple(int(v) for v in rng.integers(10, 10**6, size=300)) + (20,) * 40
+    ells = tuple(max(1, int(np.ceil(0.9 * (n + 1))) - 1) for n in sizes)
+    p = rng.random((70, 700)) ** 2
+    whole = [unbalanced.coverage_window(sizes, ells, 150, 160), poissonbinomial.pmf_by_product_tree(p)]
+    monkeypatch.setattr(unbalanced, "NODE_CHUNK", 7)
+    monkeypatch.setattr(poissonbinomial, "TREE_ROWS", 3)
+    parts = [unbalanced.coverage_window(sizes, ells, 150, 160), poissonbinomial.pmf_by_product_tree(p)]
+    monkeypatch.setattr(unbalanced, "NODE_CHUNK", 10**9)
+    monkeypatch.setattr(poissonbinomial, "TREE_ROWS", 10**9)
+    at_once = [unbalanced.coverage_window(sizes, ells, 150, 160), poissonbinomial.pmf_by_product_tree(p)]
+    for a, b, c in zip(whole, parts, at_once):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
