@@ -168,8 +168,10 @@ def test_a_garbage_share_is_corrected_or_ends_the_session_not_the_run(silent):
     rng = np.random.default_rng(3)
     sites = [f"site-{j}" for j in range(5)]
     scores = {s: rng.uniform(0, 4, 30) for s in sites}
+    # the semi-honest mode's threshold (a strict majority, t = 3 of 5) is what this arithmetic is
+    # about; the active mode's (above two thirds, t = 4) is in test_robust_unmasking.py
     method = METHODS["ddg_quantile"](0.1, epsilon=50.0, bins=BINS, count="exact", dropouts=2,
-                                     on_shortfall="report", secagg={"graph": "full"})
+                                     on_shortfall="report", secagg={"graph": "full", "mode": "semi-honest"})
     halves = {s: type(method).site(scores[s], PrivacyNoise(), s) for s in sites}
     assert default_threshold(4) == 3  # five sites, full graph: the unmask needs 3 holders
     quiet = sites[5 - silent:]
