@@ -111,8 +111,8 @@ class SiteIdentity:
         return None
 
     def peers(self) -> Mapping[str, bytes]:
-        if "peers" not in self._cache:
-            self._cache["peers"] = dict(self.registered())
+        if "peers" not in self._cache:  # one mapping for every site of a host, not a copy each (read only)
+            self._cache["peers"] = self.registered()
         return self._cache["peers"]
 
     def with_policy(self, semi_honest: bool, ledger: str | os.PathLike | None = None) -> "SiteIdentity":

@@ -301,7 +301,8 @@ class SecAggServer:
         unsigned = sorted(set(self.masked) - signers)
         if unsigned and not self.full:  # their neighbours would refuse (SecAggClient._check_consistency)
             return self._abort(f"{len(unsigned)} site(s) named surviving did not sign the survivor set (lost in the "
-                               f"consistency round), e.g. {unsigned[0]}: under a sparse graph no holder releases a "
+                               f"consistency round, or refusing to sign: fewer than t survivors around them), e.g. "
+                               f"{unsigned[0]}: under a sparse graph no holder releases a "
                                f"share of a survivor's self mask without the survivor's own signature, so the sum "
                                f"cannot be unmasked; nothing was unmasked")
         out = {}
