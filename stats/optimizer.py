@@ -39,6 +39,22 @@ TAU_EFFORT = 4800
 STARTS = 4
 STARTS_EFFORT = 800
 MAX_STEPS = 80
+#: What the descents may spend in all, in work units of a cost model of their arithmetic, each
+#: about a nanosecond on the 2-core machine of bench/plan_time.py: WORK_PER_SITE_NODE for one
+#: site's p_j(t) at one quadrature node multiplied into a law of W (the product tree), WORK_PER_CDF
+#: for one p_j(t) (an incomplete beta function), WORK_PER_RECURSION for one step of a
+#: leave-one-out recursion. A descent stops before a step that would take it past what is left
+#: (each step costing what the one before it did), and later starts are not descended: the
+#: verified plan found so far is returned, never worse than the paper rule. Issue 48 point 4:
+#: sizes at the join bound (one site of 10^6 among 9,999 of 20) made the descent take its 80
+#: steps over 2,048 nodes, 160 s at 10,000 sites, and 10,000 sizes drawn up to the bound spent
+#: 30 s in leave-one-out recursions; this caps the search whatever the sizes. Every plan of
+#: bench/plan_time.py up to 1,000 sites (at the bound or not) and every unequal case below the
+#: bound spends less, so those plans are what the search without a cap found.
+DESCENT_WORK = 3e10
+WORK_PER_SITE_NODE = 200
+WORK_PER_CDF = 700
+WORK_PER_RECURSION = 5
 #: Search-time coverages carry quadrature error; keep this much headroom until verification.
 SEARCH_MARGIN = 1e-10
 
@@ -55,8 +71,12 @@ def plan_optimized(sizes: tuple[int, ...], alpha: float, dropouts: int = 0) -> Q
     paper = plan_paper_rule(sizes, alpha, dropouts)
     starts = _starts(sizes, alpha, dropouts)
     best = paper
+    left = DESCENT_WORK
     for ells, k in starts[:int(np.clip(STARTS_EFFORT // m, 1, STARTS))]:
-        plan = _descend(sizes, np.array(ells), k, target, m - dropouts if dropouts else None)
+        if left <= 0:
+            break
+        plan, spent = _descend(sizes, np.array(ells), k, target, m - dropouts if dropouts else None, left)
+        left -= spent
         if plan is not None and (best.infinite or plan.coverage < best.coverage):
             best = plan
     if best.infinite:
@@ -93,15 +113,28 @@ def _starts(sizes, alpha, dropouts):
     return [(ells, k) for k, (_, ells) in sorted(best_per_k.items(), key=lambda item: item[1][0])]
 
 
-def _descend(sizes, ells, k, target, k_robust):
-    """Greedy descent from a valid start (ells, k); returns the verified plan or None."""
+class _Laws:
+    """Per grid, the last orders' p_j(t) and law of W (an accepted trial's are the next step's),
+    and the site-nodes spent computing laws."""
+
+    def __init__(self):
+        self.last, self.work = {}, 0
+
+
+def _descend(sizes, ells, k, target, k_robust, budget=np.inf):
+    """Greedy descent from a valid start (ells, k), spending at most `budget` site-nodes on laws
+    of W (checked before each step); returns (the verified plan or None, site-nodes spent)."""
     sizes_arr = np.array(sizes, dtype=float)
     dropouts = len(sizes) - k_robust if k_robust else 0
+    laws = _Laws()
     # one quadrature grid per constraint: M(ells, k) >= target, and M(ells, m - d) >= target
-    grids = {kk: _search_grid(sizes_arr, ells, kk) for kk in {k, k_robust} - {None}}
-    laws = {}  # per grid, the last orders' Poisson-binomial laws: an accepted trial's are the next step's
+    grids = {kk: _search_grid(sizes_arr, ells, kk, laws) for kk in {k, k_robust} - {None}}
     history = [ells.copy()]
+    step_cost = 0  # what the last step spent: the next is not taken if as much again would exceed the budget
     for _ in range(MAX_STEPS):
+        if laws.work + step_cost > budget:
+            break
+        began = laws.work
         state = {kk: _evaluate(grid, sizes_arr, ells, kk, laws=laws) for kk, grid in grids.items()}
         margins = {kk: coverage_k - target - SEARCH_MARGIN for kk, (coverage_k, _) in state.items()}
         fits = ells > 1
@@ -126,18 +159,19 @@ def _descend(sizes, ells, k, target, k_robust):
             trial[order[0]] -= 1  # a single step's effect is exact: it fits
         ells = trial
         history.append(ells.copy())
+        step_cost = laws.work - began
     for candidate in reversed(history):  # verify with the precise evaluator, stepping back if needed
         coverage = coverage_unbalanced(sizes, candidate, k)
         robust_ok = not dropouts or is_robust(sizes, candidate, dropouts, 1.0 - target)
         if coverage >= target - COVERAGE_TOLERANCE and robust_ok:
             return QQPlan(tuple(sizes), 1.0 - target, tuple(int(e) for e in candidate), k,
-                          float(coverage), "optimized")
-    return None
+                          float(coverage), "optimized"), laws.work
+    return None, laws.work
 
 
-def _search_grid(sizes, ells, k):
+def _search_grid(sizes, ells, k, laws=None):
     """Quadrature nodes over the transition of P(W <= k - 1), padded to the left, where lowering
-    orders moves it; panels doubled until the coverage settles to 1e-12."""
+    orders moves it; panels doubled until the coverage settles to 1e-12 (site-nodes counted in `laws`)."""
     a, b = _bracket(*finite_sites(sizes, ells), k)  # sites asked beyond their size never count
     width = max(b - a, 1e-6)
     a, b = max(0.0, a - width), min(1.0, b + 0.25 * width)
@@ -146,6 +180,8 @@ def _search_grid(sizes, ells, k):
     while True:
         t, w = _composite(a, b, panels)
         value = a + float(w @ poisson_binomial_below(site_cdfs(t, sizes, ells.astype(float)), k))
+        if laws is not None:
+            laws.work += t.size * (len(sizes) * WORK_PER_SITE_NODE + distinct_pairs(sizes, ells)[0].size * WORK_PER_CDF)
         if previous is not None and (abs(value - previous) < 1e-12 or panels >= 64):
             return a, t, w
         previous, panels = value, panels * 2
@@ -155,24 +191,36 @@ def _evaluate(grid, sizes, ells, k, effects=True, laws=None):
     """(M(ells, k), the exact change of M from lowering each ell_j by one) on one grid.
 
     Sites with the same (n_j, ell_j) have the same effect: it is computed once per pair. `laws`
-    keeps, per grid, the last orders' p_j(t) and law of W, reused when the same orders come back.
+    (a _Laws) keeps, per grid, the last orders' p_j(t) and law of W, reused when the same orders
+    come back (and p_j(t) of the sites whose order is unchanged), and counts the site-nodes of the
+    laws computed.
     """
     a, t, w = grid
-    key = ells.tobytes()
-    last = None if laws is None else laws.get(id(grid))
-    if last is not None and last[0] == key:
+    last = None if laws is None else laws.last.get(id(grid))
+    if last is not None and np.array_equal(last[0], ells):
         p, pmf = last[1], last[2]
     else:
-        p = site_cdfs(t, sizes, ells.astype(float))
+        changed = np.ones(ells.shape, dtype=bool) if last is None else last[0] != ells
+        if last is None:
+            p = site_cdfs(t, sizes, ells.astype(float))
+        else:  # a step lowers a few orders: only their sites' p_j(t) change (the others' are the same bits)
+            p = last[1].copy()
+            p[:, changed] = site_cdfs(t, sizes[changed], ells[changed].astype(float))
         pmf = poisson_binomial_pmf(p)
         if laws is not None:
-            laws[id(grid)] = (key, p, pmf)
+            laws.last[id(grid)] = (ells.copy(), p, pmf)
+            laws.work += t.size * (len(sizes) * WORK_PER_SITE_NODE
+                                   + distinct_pairs(sizes[changed], ells[changed])[0].size * WORK_PER_CDF)
     coverage = a + float(w @ pmf[:, :k].sum(axis=1))
     if not effects:
         return coverage, None
     n, ell, inverse, first = distinct_pairs(sizes, ells)
     step = binom.pmf(ell[None, :] - 1, n[None, :], t[:, None])  # Delta_j(t)
-    return coverage, (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1)))[inverse]
+    recursions = [0]
+    effects = (w @ (step * leave_one_out_at(pmf, p[:, first], k - 1, work=recursions)))[inverse]
+    if laws is not None:
+        laws.work += recursions[0] * WORK_PER_RECURSION + t.size * n.size * WORK_PER_CDF  # and Delta_j(t)
+    return coverage, effects
 
 
 #: FedCP-QQ's planners (paper 000): eq. (6) for equal sizes, the paper's rule of appendix A.1, or

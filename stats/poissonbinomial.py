@@ -25,6 +25,8 @@ TREE_SITES = 256
 LEAF = 32
 #: Rows (quadrature nodes) multiplied out together by the product tree.
 TREE_ROWS = 16
+#: (node, site) pairs whose leave-one-out recursion runs together.
+LOO_CHUNK = 16384
 #: log(1 / 1e-16): a Bernstein exponent at least this large certifies a tail below 1e-16.
 TAIL_EXPONENT = 16.0 * np.log(10.0)
 
@@ -136,8 +138,10 @@ def certified_tails(p: np.ndarray, k_low: int, k_high: int) -> tuple[np.ndarray,
     return left, right
 
 
-def leave_one_out_at(pmf: np.ndarray, p: np.ndarray, c: int, floor: float = 1e-14) -> np.ndarray:
-    """P(W_{-j} = c) for every column j, from the law of W (rows x (m + 1)) and each p_j.
+def leave_one_out_at(pmf: np.ndarray, p: np.ndarray, c: int, floor: float = 1e-14, work: list | None = None
+                     ) -> np.ndarray:
+    """P(W_{-j} = c) for every column j, from the law of W (rows x (m + 1)) and each p_j (the
+    number of recursion steps taken, over all rows and columns, added to work[0] when given).
 
     Removing Bernoulli(p) from W: P(W = i) = (1 - p) x_i + p x_{i-1}. Solved upwards where
     p <= 1/2 and downwards where p > 1/2, so rounding errors are damped in both (ratio
@@ -161,12 +165,23 @@ def leave_one_out_at(pmf: np.ndarray, p: np.ndarray, c: int, floor: float = 1e-1
     above = np.flatnonzero((cdf >= 1.0 - floor).all(axis=0))
     stop = max(int(above[0]) if above.size else m, c)  # P(W > stop) <= floor in every row
     f = np.ascontiguousarray(pmf.T)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        up = np.zeros_like(p)
-        for i in range(start, c + 1):
-            up = (f[i][:, None] - p * up) / q
-        down = np.zeros_like(p)
-        for i in range(stop, c, -1):  # x_{i-1} = (f_i - q x_i) / p, from x_stop ~ 0
-            down = (f[i][:, None] - q * down) / p
-    out[active] = np.where(p <= 0.5, up, down)
+    x = np.empty_like(p)
+    # each (row, column) runs the one recursion it keeps, LOO_CHUNK of them at a time (in cache)
+    for upwards in (True, False):
+        rows_at, cols_at = np.nonzero(p <= 0.5 if upwards else p > 0.5)
+        if work is not None:
+            work[0] += rows_at.size * (c + 1 - start if upwards else stop - c)
+        for lo in range(0, rows_at.size, LOO_CHUNK):
+            r, j = rows_at[lo:lo + LOO_CHUNK], cols_at[lo:lo + LOO_CHUNK]
+            pj, qj = p[r, j], q[r, j]
+            value = np.zeros(r.size)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                if upwards:
+                    for i in range(start, c + 1):
+                        value = (f[i][r] - pj * value) / qj
+                else:
+                    for i in range(stop, c, -1):  # x_{i-1} = (f_i - q x_i) / p, from x_stop ~ 0
+                        value = (f[i][r] - qj * value) / pj
+            x[r, j] = value
+    out[active] = x
     return out

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stats.orderstats import qq_coverage, qq_coverage_table
-from stats.planner import COVERAGE_TOLERANCE, plan_quantile_of_quantiles, replan_server_order
+from stats.planner import COVERAGE_TOLERANCE, plan_paper_rule, plan_quantile_of_quantiles, replan_server_order
 
 
 def brute_force_plan(m, n, alpha):
@@ -257,3 +257,72 @@ def test_laws_are_the_same_a_few_nodes_at_a_time(monkeypatch):
     at_once = [unbalanced.coverage_window(sizes, ells, 150, 160), poissonbinomial.pmf_by_product_tree(p)]
     for a, b, c in zip(whole, parts, at_once):
         assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def _leave_one_out_before(pmf, p, c, floor=1e-14):
+    """stats.poissonbinomial.leave_one_out_at as it was: both recursions over every column."""
+    rows, width = pmf.shape
+    m = width - 1
+    out = np.zeros_like(p)
+    near = pmf[:, c] if c + 1 > m else np.maximum(pmf[:, c], pmf[:, c + 1])
+    active = near > floor
+    if not active.any():
+        return out
+    pmf, p = pmf[active], p[active]
+    q = 1.0 - p
+    cdf = np.cumsum(pmf, axis=1)
+    below = np.flatnonzero((cdf <= floor).all(axis=0))
+    start = min(int(below[-1]) + 1 if below.size else 0, c)
+    above = np.flatnonzero((cdf >= 1.0 - floor).all(axis=0))
+    stop = max(int(above[0]) if above.size else m, c)
+    f = np.ascontiguousarray(pmf.T)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        up = np.zeros_like(p)
+        for i in range(start, c + 1):
+            up = (f[i][:, None] - p * up) / q
+        down = np.zeros_like(p)
+        for i in range(stop, c, -1):
+            down = (f[i][:, None] - q * down) / p
+    out[active] = np.where(p <= 0.5, up, down)
+    return out
+
+
+@pytest.mark.parametrize("m", [30, 300, 1500])
+def test_leave_one_out_runs_each_recursion_where_it_is_kept(m, monkeypatch):
+    """Each (node, site) runs only the recursion it keeps, a chunk at a time: the same bits as
+    both recursions over every column, on the laws the optimizer's descent sees."""
+    from stats import poissonbinomial
+    from stats.poissonbinomial import leave_one_out_at, poisson_binomial_pmf
+    from stats.unbalanced import site_cdfs
+
+    rng = np.random.default_rng(m)
+    sizes = np.concatenate([rng.integers(10, 10**6, size=m // 2), np.full(m - m // 2, 20)]).astype(float)
+    ells = np.ceil(0.9 * (sizes + 1)) - 1
+    p = site_cdfs(np.linspace(0.8, 0.97, 96), sizes, ells)
+    pmf = poisson_binomial_pmf(p)
+    monkeypatch.setattr(poissonbinomial, "LOO_CHUNK", 1000)
+    for c in (0, m // 3, m // 2, m - 1):
+        steps = [0]
+        assert np.array_equal(leave_one_out_at(pmf, p, c, work=steps), _leave_one_out_before(pmf, p, c))
+        assert steps[0] >= 0
+
+
+def test_the_descent_budget_stops_the_search_with_a_verified_plan(monkeypatch):
+    """With DESCENT_WORK spent, the optimizer returns the best verified plan found so far: exact
+    coverage at least 1 - alpha, never farther from it than the paper rule; with the budget not
+    reached the plan is the one the unbounded search finds."""
+    from stats import optimizer
+    from stats.unbalanced import coverage_unbalanced
+
+    sizes = (20,) * 59 + (10**6,)
+    unbounded = optimizer.plan_optimized.__wrapped__(sizes, 0.1)
+    monkeypatch.setattr(optimizer, "DESCENT_WORK", 10**30)
+    assert optimizer.plan_optimized.__wrapped__(sizes, 0.1) == unbounded
+    paper = plan_paper_rule(sizes, 0.1)
+    for budget in (0, 1e6, 3e7, 1e8):
+        monkeypatch.setattr(optimizer, "DESCENT_WORK", budget)
+        plan = optimizer.plan_optimized.__wrapped__(sizes, 0.1)
+        assert plan.coverage == pytest.approx(coverage_unbalanced(sizes, plan.ells, plan.k), abs=1e-12)
+        assert plan.coverage >= 0.9 - COVERAGE_TOLERANCE
+        assert unbounded.coverage <= plan.coverage <= paper.coverage
+    assert plan.coverage < paper.coverage  # some descent fits in 10^8
