@@ -58,8 +58,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "plan_time.json"))
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds each at-the-bound case may run before it is stopped (recorded as not finished)")
+    parser.add_argument("--only-bound", action="store_true",
+                        help="run only the at-the-bound cases and print them (writes nothing unless --out-bound)")
+    parser.add_argument("--out-bound", default=None, help="with --only-bound: write the at-the-bound rows here")
+    parser.add_argument("--methods", nargs="*", default=None, help="at-the-bound methods to run (default: all)")
+    parser.add_argument("--cases", nargs="*", default=None, help="at-the-bound cases, by label or kind:m (default: all)")
     args = parser.parse_args()
     alpha = args.alpha
+    if args.only_bound:
+        bound = at_the_bound(alpha, args.timeout, args.methods, args.cases)
+        if args.out_bound:
+            Path(args.out_bound).write_text(json.dumps({"alpha": alpha, "machine": platform.platform(),
+                                                        "at_the_bound": bound}, indent=2))
+        return
     equal = []
     for m, n in EQUAL:
         seconds, plan = best_time(lambda: planner.plan_quantile_of_quantiles(m, n, alpha), args.repeats)
@@ -84,7 +97,7 @@ def main() -> None:
                             "excess": plan.coverage - (1 - alpha)})
             print(f"{label:<11} {name:<18} m={m:>3} d={plan.dropouts:>2}: {seconds:7.3f} s  k={plan.k} "
                   f"coverage={plan.coverage:.9f}")
-    bound = at_the_bound(alpha)
+    bound = at_the_bound(alpha, args.timeout, args.methods, args.cases)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"alpha": alpha, "machine": platform.platform(), "python": platform.python_version(),
@@ -94,43 +107,135 @@ def main() -> None:
     print(f"wrote {out}")
 
 
-#: (label, sizes): one huge site among small ones, two equal huge sites, many huge unequal sites
-BOUND_CASES = [("one site at the bound, nine of 20", {**{f"s{i}": 20 for i in range(9)}, "big": MAX_PLANNED_N}),
-               ("two sites at the bound", {"a": MAX_PLANNED_N, "b": MAX_PLANNED_N}),
-               ("100 sites in [10, bound]", None)]
-BOUND_METHODS = {"fedcp_qq": {}, "fedcp2_qq": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}},
-                 "fedcp2_qq_shuffle": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}},
-                 "fedcp2_qq_secagg": {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}}}
+#: Sessions at the join bound (each site's n_j at most MAX_PLANNED_N): (label, how the sizes are
+#: made), m up to the 10,000 sites Quorum runs. `("equal", m)`: m sites at the bound; `("one", m)`:
+#: one at the bound among m - 1 of 20; `("half", m)`: every other site at the bound, the rest 20
+#: (`"half1000"`: the rest 1,000); `("uniform", m)`: m sizes drawn uniformly in [10, bound] (seeded;
+#: `"uniform1000"`: in [1,000, bound], sizes every FedCP²-QQ variant can serve).
+BOUND_CASES = [("one site at the bound, nine of 20", ("one", 10)),
+               ("two sites at the bound", ("equal", 2)),
+               ("100 sites in [10, bound]", ("uniform", 100)),
+               ("1,000 sites at the bound", ("equal", 1000)),
+               ("10,000 sites at the bound", ("equal", 10000)),
+               ("one at the bound among 999 of 20", ("one", 1000)),
+               ("one at the bound among 9,999 of 20", ("one", 10000)),
+               ("half of 1,000 at the bound, half 20", ("half", 1000)),
+               ("half of 10,000 at the bound, half 20", ("half", 10000)),
+               ("half of 1,000 at the bound, half 1,000", ("half1000", 1000)),
+               ("half of 10,000 at the bound, half 1,000", ("half1000", 10000)),
+               ("1,000 sites in [10, bound]", ("uniform", 1000)),
+               ("10,000 sites in [10, bound]", ("uniform", 10000)),
+               ("10,000 sites in [1,000, bound]", ("uniform1000", 10000))]
+_BINS = {"epsilon": 1.0, "bins": {"count": 50, "lo": 0.0, "hi": 5.0}}
+#: Every method whose coordinator plans from the announced n_j (stats.planner, stats.optimizer):
+#: FedCP-QQ (eq. 6 for equal sizes, the optimized per-site planner otherwise) and FedCP²-QQ's
+#: three transports (the gamma grid of paper 000 section 4, each gamma an eq. (6) or paper-rule plan).
+BOUND_METHODS = {"fedcp_qq": {}, "fedcp2_qq": _BINS, "fedcp2_qq_shuffle": _BINS,
+                 "fedcp2_qq_secagg": {**_BINS, "secagg": {"mode": "active"}}}
 
 
-def at_the_bound(alpha: float) -> list[dict]:
+def bound_sizes(kind: str, m: int) -> dict[str, int]:
+    if kind == "equal":
+        return {f"s{i}": MAX_PLANNED_N for i in range(m)}
+    if kind == "one":
+        return {**{f"s{i}": 20 for i in range(m - 1)}, "big": MAX_PLANNED_N}
+    if kind == "half":
+        return {f"s{i}": MAX_PLANNED_N if i % 2 else 20 for i in range(m)}
+    if kind == "half1000":  # sizes FedCP²-QQ can serve (20 scores cannot hold ell_gamma + ell_cor)
+        return {f"s{i}": MAX_PLANNED_N if i % 2 else 1000 for i in range(m)}
+    if kind in ("uniform", "uniform1000"):
+        rng = np.random.default_rng(0)  # the 100-site case is the one timed before 1,000 and 10,000
+        low = 10 if kind == "uniform" else 1000
+        return {f"s{i}": int(v) for i, v in enumerate(rng.integers(low, MAX_PLANNED_N + 1, size=m))}
+    raise ValueError(kind)
+
+
+def at_the_bound(alpha: float, timeout: float, methods=None, cases=None) -> dict:
     """Each method's planning (its coordinator half's first step) for sessions at the join bound,
-    each in a fresh process so that its peak memory is its own."""
-    import multiprocessing
-
-    rng = np.random.default_rng(0)
+    each case in a fresh process (its peak resident memory is its own; `before_mib` is the process
+    with the method imported, before planning) stopped after `timeout` seconds (recorded as not
+    finished, with its peak so far): what one peer's announced size can cost everyone."""
     rows = []
-    for label, sizes in BOUND_CASES:
-        if sizes is None:
-            sizes = {f"s{i}": int(v) for i, v in enumerate(rng.integers(10, MAX_PLANNED_N + 1, size=100))}
+    for label, (kind, m) in BOUND_CASES:
+        if cases and label not in cases and f"{kind}:{m}" not in cases:
+            continue
         for name, params in BOUND_METHODS.items():
-            with multiprocessing.get_context("spawn").Pool(1) as pool:
-                seconds, step, peak = pool.apply(_plan_once, (name, params, alpha, sizes))
-            rows.append({"case": label, "method": name, "seconds": seconds, "first_step": step, "peak_mib": peak})
-            print(f"at the bound  {label:<34} {name:<18} {seconds:7.2f} s  {peak:6.0f} MiB  -> {step}")
-    return rows
+            if methods and name not in methods:
+                continue
+            row = {"case": label, "sizes": f"{kind}:{m}", "m": m, "method": name,
+                   **_run_child({"method": name, "params": params, "alpha": alpha, "kind": kind, "m": m}, timeout)}
+            rows.append(row)
+            seconds = f"{row['seconds']:7.2f} s" if row["finished"] else f"> {timeout:g} s (did not finish)"
+            print(f"at the bound  {label:<38} {name:<18} {seconds}  {row['peak_mib']:6.0f} MiB  -> {row['first_step']}",
+                  flush=True)
+    return {"timeout_s": timeout, "cases": rows}
 
 
-def _plan_once(name, params, alpha, sizes):
+def _run_child(job: dict, timeout: float) -> dict:
+    """One case in a fresh interpreter; on timeout it is killed and its peak memory so far kept."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, __file__, "--child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    peak = 0.0
+    try:
+        out, _ = child.communicate(json.dumps(job), timeout=timeout)
+        return json.loads(out.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        try:
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            peak = next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM"))
+        except (OSError, StopIteration):
+            pass
+        child.kill()
+        child.communicate()
+        return {"finished": False, "seconds": None, "first_step": f"did not finish in {timeout:g} s",
+                "peak_mib": peak}
+
+
+def _child() -> None:
     import resource
 
+    job = json.loads(sys.stdin.read())
+    sizes = bound_sizes(job["kind"], job["m"])
+    method = METHODS[job["method"]](job["alpha"], **job["params"])  # imported before the clock starts
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     began = time.perf_counter()
     try:
-        step = type(METHODS[name](alpha, **params).coordinator(sizes, np.random.default_rng(0)).start()).__name__
+        first = method.coordinator(sizes, np.random.default_rng(0)).start()
+        step = type(first).__name__
+        status = getattr(getattr(first, "outcome", first), "status", None)
+        if status:
+            step += f" ({status})"
     except Exception as exc:  # reported, not raised: the bench says what the bound costs
         step = f"{type(exc).__name__}: {exc}"
-    return time.perf_counter() - began, step, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds = time.perf_counter() - began
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"finished": True, "seconds": seconds, "first_step": step, "before_mib": before,
+                      "peak_mib": peak, "plan": _plan_digest(method, sizes)}))
+
+
+def _plan_digest(method, sizes) -> dict | None:
+    """The plan the session made (the planners' caches make this a second look, not a second plan):
+    server order, exact coverage, the range of site orders, and FedCP²-QQ's gamma, ell_cor, proxy."""
+    try:
+        planned = method.plan(sizes)
+    except Exception:
+        return None
+    state = getattr(planned, "state", None)
+    gamma = None
+    if isinstance(state, tuple):
+        gamma, state, correction, proxy = state
+    if state is None or getattr(state, "ells", None) is None:
+        return None
+    digest = {"k": state.k, "coverage": state.coverage, "ell": [min(state.ells), max(state.ells)]}
+    if gamma is not None:
+        digest.update(gamma=gamma, ell_cor=correction, proxy=proxy)
+    return digest
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--child"]:
+        _child()
+    else:
+        main()
