@@ -10,10 +10,17 @@ the plan and its exact coverage:
     m = 200 in a few seconds at most), and the ten-centre sizes of paper 004's table 1;
   - at the bound (issue 48, point 4): sessions whose sites announce the largest n_j a join admits
     (protocol.engine.MAX_PLANNED_N), timed through each FedCP-QQ-family method's coordinator half
-    (fedcp_qq, fedcp2_qq, fedcp2_qq_shuffle, fedcp2_qq_secagg) with peak memory: what one peer's
-    announced size can cost everyone's session.
+    (fedcp_qq, fedcp2_qq, fedcp2_qq_shuffle, fedcp2_qq_secagg) with peak memory and the plan made:
+    2 to 10,000 sites all at the bound, one at the bound among small sites, half and half, sizes
+    drawn up to it (BOUND_CASES); each case in its own process, stopped after --timeout seconds
+    (recorded as not finished): what one peer's announced size can cost everyone's session.
 
-    python bench/plan_time.py [--repeats 3] [--out bench/results/plan_time.json]
+    python bench/plan_time.py [--repeats 3] [--timeout 600] [--out bench/results/plan_time.json]
+    python bench/plan_time.py --only-bound [--cases uniform:10000 ...] [--methods fedcp_qq ...] --out-bound F
+    python bench/plan_time.py --before F ... --before-label COMMIT   # keeps F's rows (older planners) beside
+
+With --before, the rows of --out-bound files made by this script against older planners (a
+checkout of COMMIT) are kept under at_the_bound.before, so that the JSON holds both.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ def main() -> None:
     parser.add_argument("--out-bound", default=None, help="with --only-bound: write the at-the-bound rows here")
     parser.add_argument("--methods", nargs="*", default=None, help="at-the-bound methods to run (default: all)")
     parser.add_argument("--cases", nargs="*", default=None, help="at-the-bound cases, by label or kind:m (default: all)")
+    parser.add_argument("--before", nargs="*", default=None,
+                        help="--out-bound files of the same cases run with earlier planners, kept beside the new rows")
+    parser.add_argument("--before-label", default="", help="which planners --before measured (a commit)")
     args = parser.parse_args()
     alpha = args.alpha
     if args.only_bound:
@@ -98,6 +108,9 @@ def main() -> None:
             print(f"{label:<11} {name:<18} m={m:>3} d={plan.dropouts:>2}: {seconds:7.3f} s  k={plan.k} "
                   f"coverage={plan.coverage:.9f}")
     bound = at_the_bound(alpha, args.timeout, args.methods, args.cases)
+    if args.before:
+        rows = [row for path in args.before for row in json.loads(Path(path).read_text())["at_the_bound"]["cases"]]
+        bound["before"] = {"planners": args.before_label, "cases": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"alpha": alpha, "machine": platform.platform(), "python": platform.python_version(),
@@ -177,29 +190,34 @@ def _run_child(job: dict, timeout: float) -> dict:
 
     child = subprocess.Popen([sys.executable, __file__, "--child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
-    peak = 0.0
     try:
         out, _ = child.communicate(json.dumps(job), timeout=timeout)
         return json.loads(out.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
-        try:
-            status = Path(f"/proc/{child.pid}/status").read_text()
-            peak = next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM"))
-        except (OSError, StopIteration):
-            pass
+        peak = _peak_mib(child.pid)
         child.kill()
         child.communicate()
         return {"finished": False, "seconds": None, "first_step": f"did not finish in {timeout:g} s",
                 "peak_mib": peak}
 
 
-def _child() -> None:
-    import resource
+def _peak_mib(pid="self") -> float:
+    """A process's peak resident memory (VmHWM: its own since exec; getrusage's ru_maxrss would
+    also count the parent's at the fork)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return next(int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM"))
+    except (OSError, StopIteration):
+        import resource
 
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if pid == "self" else 0.0
+
+
+def _child() -> None:
     job = json.loads(sys.stdin.read())
     sizes = bound_sizes(job["kind"], job["m"])
     method = METHODS[job["method"]](job["alpha"], **job["params"])  # imported before the clock starts
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    before = _peak_mib()
     began = time.perf_counter()
     try:
         first = method.coordinator(sizes, np.random.default_rng(0)).start()
@@ -210,7 +228,7 @@ def _child() -> None:
     except Exception as exc:  # reported, not raised: the bench says what the bound costs
         step = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - began
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_mib()
     print(json.dumps({"finished": True, "seconds": seconds, "first_step": step, "before_mib": before,
                       "peak_mib": peak, "plan": _plan_digest(method, sizes)}))
 
