@@ -35,8 +35,17 @@ from protocol.shuffle import anonymous_label
 
 #: the largest n_j a session plans with (issue 48): eq. (5)'s order-statistic quadrature settles up
 #: to here and not at 2 x 10^6 (stats.orderstats), so a larger announced size would abort every
-#: FedCP-QQ-family session, everyone's; `runtime.max_n` may only lower it. What planning costs at
-#: the bound is measured in bench/plan_time.py (the `at_the_bound` cases).
+#: FedCP-QQ-family session, everyone's; `runtime.max_n` may only lower it, and a join above it is a
+#: dropout with the reason (join_problem). Up to it, what sites announce cannot stall planning:
+#: eq. (6) searches about 2 sqrt(n alpha (1 - alpha)) Phi^{-1}(1 - 1/(m + 1)) rows at most (some
+#: 2,200 at n = 10^6 and 10,000 sites), FedCP²-QQ's gamma grid stops at the first gamma no later
+#: one can beat, the unequal quadratures hold a few hundred nodes' laws at a time, and the
+#: optimized planner's search stops at stats.optimizer.DESCENT_WORK; what is left grows with the
+#: number of sites, the study's, not with a peer's size. Measured (bench/plan_time.py
+#: `at_the_bound`: 2 to 10,000 sites all at the bound, one at it among sites of 20, half and half,
+#: sizes drawn up to it; every FedCP-QQ-family method, a process each, 2 cores): at most 21 s and
+#: 287 MiB (FedCP-QQ's optimized planner at 10,000 unequal sites), where the same cases took up
+#: to 216 s and 1.1 GiB, and FedCP²-QQ over 10,000 sites at the bound did not finish in 300 s.
 MAX_PLANNED_N = 1_000_000
 
 

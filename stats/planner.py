@@ -210,7 +210,8 @@ def plan_quantile_of_quantiles(m: int, n: int, alpha: float, dropouts: int = 0) 
     ell_0..ell_1 (each ell's smallest valid k) or k by k (each k's smallest valid ell), whichever
     has fewer rows: the same plan (tested against the whole table), a few evaluations of M per row
     (`first_reaching`). ell_1 - ell_0 is about the spread of the binomial's quantiles over the k,
-    2 sqrt(n alpha (1 - alpha)) Phi^{-1}(1 - 1/(m + 1)): some 2,200 rows at n = 10^6 whatever m.
+    2 sqrt(n alpha (1 - alpha)) Phi^{-1}(1 - 1/(m + 1)): some 2,200 rows at n = 10^6 and m = 10,000
+    (growing like sqrt(log m)), where the k-by-k bisection took 21 evaluations for each of m rows.
     Issue 48: a peer's announced size must not stall everyone's session; the cost at the join
     bound is in bench/plan_time.py."""
     check_alpha(alpha)
