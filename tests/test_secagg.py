@@ -16,7 +16,7 @@ from protocol.methods.base import RequestError
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite
 from protocol.methods.base import Send
 from protocol.secagg import primitives as crypto
-from protocol.secagg.graph import default_degree, default_threshold, harary_neighbours
+from protocol.secagg.graph import default_degree, default_threshold, graph_seed, harary_by_index
 from protocol.secagg import unmasking
 from protocol.secagg.identity import identities_in_memory
 from protocol.secagg.protocol import (FORGED, MODE_PHASES, SecAggClient, SecAggParams, SecAggRefusal, add_mod,
@@ -71,12 +71,12 @@ def test_primitives_agree_encrypt_and_mask():
 
 
 def test_harary_graph_is_regular_and_symmetric():
-    sites = [f"s{i}" for i in range(50)]
-    graph = harary_neighbours(sites, 12, np.random.default_rng(0))
+    arrangement = harary_by_index(50, 12, graph_seed(0, b""))
+    graph = {i: arrangement.neighbours(i) for i in range(1, 51)}
     assert all(len(n) == 12 for n in graph.values())
-    assert all(u in graph[v] for u in sites for v in graph[u])
-    full = harary_neighbours(sites[:6], 10, np.random.default_rng(0))
-    assert all(len(n) == 5 for n in full.values())
+    assert all(u in graph[v] for u in graph for v in graph[u])
+    full = harary_by_index(6, 10, graph_seed(0, b""))
+    assert all(len(full.neighbours(i)) == 5 for i in range(1, 7))
 
 
 # -- the protocol, through the codec, with dropouts -----------------------------------------------

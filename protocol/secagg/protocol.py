@@ -375,6 +375,7 @@ class SecAggClient:
         self.c_key = self.s_key = None
         self.index = 0
         self.live = 0  # how many sites advertised (the graph's size), as the share request says
+        self.arrangement = None  # the session's public graph over them (active mode, from the share phase)
         self.peers: dict[str, dict] = {}
         self.own_shares: tuple[int, int] | None = None  # (s share, b share) this site keeps
         self.self_seed = b""
@@ -486,9 +487,8 @@ class SecAggClient:
         if not _is_int(live) or not params.threshold <= live <= (params.sites or live) or index > live:
             raise SecAggRefusal(f"the share request says {live!r} sites advertised: not a count between the "
                                 f"threshold {params.threshold} and the {params.sites} sites asked, above my index")
-        expected = harary_by_index(live, min(params.degree, live - 1), graph_seed(self.nonce, self.context))
-        mine = expected.neighbours(index)
-        if {info["index"] for info in peers.values()} != mine:
+        self.arrangement = harary_by_index(live, min(params.degree, live - 1), graph_seed(self.nonce, self.context))
+        if {info["index"] for info in peers.values()} != self.arrangement.neighbours(index):
             raise SecAggRefusal(f"the peers I was sent are {OTHER_GRAPH} over {live} sites (its seed is the "
                                 f"nonce's and the question's): refusing to share")
         self.live = live
@@ -607,8 +607,7 @@ class SecAggClient:
             # sparse: a share of v's self mask leaves only with v's own signature on a view agreeing with mine
             raise SecAggRefusal(f"{INCONSISTENT}: {sorted(unsigned)[0]}, named surviving, did not sign the survivor "
                                 f"set: refusing to unmask")
-        arrangement = harary_by_index(self.live, min(self.params.degree, self.live - 1),
-                                      graph_seed(self.nonce, self.context))
+        arrangement = self.arrangement  # the session's graph, as checked when I shared
         mine = dict(zip(sorted(arrangement.neighbours(self.index) | {self.index}), self.view))
         for v in sorted(signatures, key=str):
             index = self.index if v == self.site_id else self.peers[v]["index"]
