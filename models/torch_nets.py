@@ -42,6 +42,11 @@ def mlp(inputs: int, outputs: int, hidden: int, layers: int, dropout: float):
 class TorchModel(Model):
     """A torch network plus the hyper-parameters to rebuild it; subclasses define build/loss."""
 
+    #: model.dp_sgd of the scenario (models.dp_sgd.DP_SGD_FIELDS, set by world.trial), or None;
+    #: after fit, training_privacy is DP-SGD's record: (epsilon, delta) as Opacus's accountant spent them
+    dp_sgd: dict | None = None
+    training_privacy: dict | None = None
+
     def _device(self) -> str:
         if not hasattr(self, "_resolved"):
             self._resolved = resolve_device(self.requested_device)
@@ -52,10 +57,18 @@ class TorchModel(Model):
         return self._device()
 
     def train(self, X, Y, loss_fn, rng: np.random.Generator):
-        """Adam on mini-batches with early stopping on a held-out 10% (best weights kept)."""
+        """Adam on mini-batches with early stopping on a held-out 10% (best weights kept); with
+        model.dp_sgd, DP-SGD over every training row instead (models.dp_sgd)."""
         import torch
 
         p = self.params
+        if self.dp_sgd:
+            from models.dp_sgd import train_dp_sgd
+
+            self.net, self.training_privacy = train_dp_sgd(
+                self.net, X, Y, loss_fn, rng, self.dp_sgd, lr=self.dp_sgd["lr"] or p["lr"],
+                weight_decay=p["weight_decay"], device=self._device())
+            return
         torch.manual_seed(int(rng.integers(2**31 - 1)))
         device = self._device()
         order = rng.permutation(len(X))

@@ -206,10 +206,23 @@ def run_report(summary: dict) -> list:
     if summary["communication"]:
         shown.append(communication_table(summary["communication"], timed))
     lines = [sites_line(summary), privacy_line(summary["privacy"])]
+    model = summary.get("model") or {}
+    if model.get("training") == "DP-SGD":  # the model's privacy beside the calibration's
+        from models.dp_sgd import model_line
+
+        lines.insert(1, model_line(model, calibration_words(model.get("calibration", []))))
     if timed:
         lines.append(network_line(summary["network"]))
     lines += [attack_line(attack) for attack in summary.get("attacks", [])]
     return shown + [Text(line) for line in lines]
+
+
+def calibration_words(entries: list[dict]) -> str:
+    """The methods' calibration privacy in words: 'private_cp epsilon 1 (central), centralized non-private'."""
+    words = [f"{inert(e['method'], MAX_NAME_CHARS)} " + (f"epsilon {e['epsilon']:g} ({e['privacy']})"
+                                                         if isinstance(e.get("epsilon"), (int, float)) else "non-private")
+             for e in entries]
+    return ", ".join(words) or "none"
 
 
 def attack_line(attack: dict) -> str:

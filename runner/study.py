@@ -31,6 +31,7 @@ from sites.storage import remove_trial
 from stats.randomness import trial_rng
 from transport.ledger import read_ledger
 from world.trial import build_trial
+from models.dp_sgd import model_summary
 
 BACKENDS = tuple(FEDERATIONS)
 
@@ -57,6 +58,10 @@ def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "p
         raise ValueError("faults, attacks and a network act on site processes and the wire: use the processes backend")
     if run.network.kernel:
         kernel_links_possible(run, external_sites)
+    dp_sgd = run.world.model.get("dp_sgd")
+    if external_sites and dp_sgd and dp_sgd["noise"] == "os":
+        raise ValueError("model.dp_sgd.noise is os: sites started by hand rebuild each trial's model from the seed "
+                         "and would train another model than the study's; use model.dp_sgd.noise: seeded (not private)")
     if backend == "processes":  # before anything is written: can this machine hold the run's connections?
         machine_limits.check(len(run.site_ids), shuffled=run.shuffled, bind=run.runtime.bind,
                              sites_per_process=run.runtime.sites_per_process,
@@ -94,6 +99,7 @@ class Study:
         self.federation = FEDERATIONS[backend](run, rundir, fired=frozenset(fired), external_sites=external_sites)
         self.events = self.federation.events
         self.model_device, self.site_devices = "cpu", set()
+        self.model_training: list[dict | None] = []  # each trial's model: DP-SGD's record or None (models.dp_sgd)
         self.started, self.completed = time.time(), 0
 
     def execute(self, progress, keep_work: bool) -> dict:
@@ -121,6 +127,7 @@ class Study:
         its rows."""
         world = build_trial(self.run.world, trial)
         self.model_device = world.model.device
+        self.model_training.append(getattr(world.model, "training_privacy", None))
         sizes = self.federation.open_trial(trial, world)
         self.site_devices |= set(self.federation.devices.values())
         self.report.add(world, trial_rng(self.run.seed, trial, "report"))
@@ -153,6 +160,9 @@ class Study:
             "seconds": round(time.time() - self.started, 3), "methods": summarize(rundir.read_results()),
             "communication": communication(ledger), "events": self.events.counts,
             "privacy": privacy_summary(spent, budget, seeded=run.seeded_noise),
+            "model": {**model_summary(run.world.model["kind"], self.model_training),
+                      "calibration": [{"method": label, "epsilon": method.privacy["epsilon"],
+                                       "privacy": method.privacy["model"]} for label, method in run.methods]},
             "placement": getattr(self.federation, "placed", None),
             "network": {**run.network.describe(), **({"kernel_links": self.federation.kernel.describe()}
                                                       if getattr(self.federation, "kernel", None) else {})},

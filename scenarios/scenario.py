@@ -187,7 +187,16 @@ def _validate_model(value) -> dict:
     model = _component(MODELS, value.get("kind"), "model.kind")
     fields = {"kind": {"type": "str"}, "device": {"type": "str", "choices": DEVICES, "default": "auto"},
               "params": {"type": "map", "fields": model.PARAMS}}
-    return validate({"type": "map", "fields": fields}, value, "model")
+    if value.get("dp_sgd") is not None:  # DP-SGD training (models.dp_sgd); absent or null: plain training
+        from models.dp_sgd import DP_SGD_FIELDS
+        from models.torch_nets import TorchModel
+
+        if not issubclass(model, TorchModel):
+            raise ScenarioError("model.dp_sgd", f"a model trained by gradient descent in torch (classifier, "
+                                f"cqr_net); {value.get('kind')} is not", value["dp_sgd"])
+        fields["dp_sgd"] = {"type": "map", "fields": DP_SGD_FIELDS}
+    return validate({"type": "map", "fields": fields}, {k: v for k, v in value.items()
+                                                         if not (k == "dp_sgd" and v is None)}, "model")
 
 
 def _validate_method(index: int, value) -> dict:
@@ -269,6 +278,11 @@ def _cross_checks(s: dict):
             yield ScenarioError(f"faults[{index}].method", "one of the methods' labels: " + ", ".join(labels),
                                 fault["method"])
         yield from _fault_reach(fault, index, s, labels)
+    dp_sgd = s["model"].get("dp_sgd")
+    if dp_sgd and dp_sgd["noise"] == "os" and s["runtime"]["launcher"]["kind"] == "ray":
+        yield ScenarioError("model.dp_sgd.noise", "seeded with runtime.launcher.kind ray: each Ray host rebuilds "
+                            "the trial's model from the seed, and OS noise would give it another model than the "
+                            "study's (seeded noise replays, and the outputs say it is not private)", "os")
     yield from _policy_checks(s)
     yield from _budget_checks(s)
     for field, expectation, got in network_problems(s["network"], site_ids(s["sites"]["count"])):

@@ -137,6 +137,8 @@ def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
         scale = float(np.mean(np.abs(y_train))) or 1.0
         y_train, y_cal, y_test = y_train / scale, y_cal / scale, y_test / scale
     model = MODELS[spec.model["kind"]](device=spec.model["device"], **spec.model["params"])
+    if spec.model.get("dp_sgd"):
+        model.dp_sgd = dict(spec.model["dp_sgd"])  # trained with DP-SGD by whoever builds the world (models.dp_sgd)
     if dataset.task == "classification":
         labels = dataset.y if dataset.y_test is None else np.concatenate([dataset.y, dataset.y_test])
         model.n_classes = int(np.max(labels)) + 1
