@@ -8,7 +8,10 @@
              with sigma_treatment > 0, its treatment group (two_sample data) also by
              beta_j - delta ~ N(0, sigma_treatment^2) (the paper's sigma_beta)
   scale      paper 004 section 5.4: each site's responses multiplied by exp(alpha_j)
-  dirichlet  label skew (classification): site j's class mix ~ Dirichlet(concentration)
+  dirichlet  label skew (classification): site j's class mix ~ Dirichlet(concentration); the
+             last `held_out` sites (in site order) draw theirs from
+             Dirichlet(held_out_concentration) instead (paper 001 appendix B.3: training clients
+             at 0.5, validation and test clients at 0.01)
 
 For sort, response and cluster, `strength` in [0, 1] blends the sorting key with noise:
 1 sorts fully, 0 is a random partition; when the sites hold fewer points than the calibration
@@ -30,6 +33,8 @@ HETEROGENEITY_FIELDS = {
     "sigma": {"type": "float", "ge": 0, "default": 0.5},
     "concentration": {"type": "float", "gt": 0, "default": 0.5},
     "sigma_treatment": {"type": "float", "ge": 0, "default": 0.0},
+    "held_out": {"type": "int", "min": 0, "default": 0},
+    "held_out_concentration": {"type": "float", "gt": 0, "default": 0.01},
 }
 
 
@@ -40,7 +45,10 @@ def assign_sites(spec: dict, X: np.ndarray, y: np.ndarray, sizes: list[int], rng
     if kind in ("none", "location", "scale"):
         return partition(indices, sizes, rng)
     if kind == "dirichlet":
-        return dirichlet_partition(y, sizes, spec["concentration"], rng)
+        held_out = min(spec.get("held_out", 0), len(sizes))
+        concentrations = ([spec["concentration"]] * (len(sizes) - held_out)
+                          + [spec.get("held_out_concentration", 0.01)] * held_out)
+        return dirichlet_partition(y, sizes, concentrations, rng)
     if kind == "sort":
         if spec["feature"] >= X.shape[1]:
             raise ValueError(f"heterogeneity.feature {spec['feature']} but the data have {X.shape[1]} features")
@@ -65,16 +73,18 @@ def blended_key(key: np.ndarray, strength: float, rng: np.random.Generator) -> n
     return strength * ranks + (1.0 - strength) * rng.uniform(size=len(key))
 
 
-def dirichlet_partition(labels: np.ndarray, sizes: list[int], concentration: float, rng: np.random.Generator):
-    """Label skew: site j draws class proportions from Dirichlet(concentration, ..., concentration)
-    and fills its n_j places class by class from what remains (renormalizing as classes run out)."""
+def dirichlet_partition(labels: np.ndarray, sizes: list[int], concentration, rng: np.random.Generator):
+    """Label skew: site j draws class proportions from Dirichlet(a_j, ..., a_j) (`concentration`:
+    one a for every site, or a list of a_j) and fills its n_j places from what remains of each
+    class (renormalizing as classes run out)."""
+    per_site = list(concentration) if isinstance(concentration, (list, tuple)) else [concentration] * len(sizes)
     labels = np.asarray(labels).astype(int)
     classes = np.unique(labels)
     pools = {c: list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
     check_capacity(sizes, len(labels))
     parts = []
-    for size in sizes:
-        weights = rng.dirichlet(np.full(len(classes), concentration))
+    for size, a in zip(sizes, per_site):
+        weights = rng.dirichlet(np.full(len(classes), a))
         chosen = []
         for _ in range(size):
             available = np.array([len(pools[c]) > 0 for c in classes], dtype=float)

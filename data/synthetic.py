@@ -62,7 +62,22 @@ def classification_blobs(n: int, rng: np.random.Generator, classes: int = 10, fe
     return centres[blob] + rng.standard_normal((n, features)), (blob % classes).astype(float)
 
 
+def paper001_label_shift(n: int, rng: np.random.Generator, random_state: int = 2345):
+    """Paper 001 appendix B.3's pool: scikit-learn's make_classification with the paper's
+    arguments (n_samples 5e5 in the paper; 20 features, 15 informative, 2 redundant, 10 classes,
+    one cluster per class, class_sep 5.0, hypercube False) and the paper's random_state 2345, so
+    the class means are the paper's polytope; `rng` is unused (the pool is fixed by random_state;
+    the label shift across clients comes from sites.heterogeneity: dirichlet with held_out)."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=int(n), n_features=20, n_informative=15, n_redundant=2, n_repeated=0,
+                               n_classes=10, n_clusters_per_class=1, class_sep=5.0, hypercube=False,
+                               random_state=int(random_state))
+    return X, y.astype(float)
+
+
 GENERATORS = {"romano2019": romano2019, "paper004_shift": paper004_shift, "paper004_gamma": paper004_gamma,
-              "paper001_uniform": paper001_uniform, "paper001_chi2": paper001_chi2, "classification_blobs": classification_blobs}
+              "paper001_uniform": paper001_uniform, "paper001_chi2": paper001_chi2, "classification_blobs": classification_blobs,
+              "paper001_label_shift": paper001_label_shift}
 #: generators whose labels are classes (the others give a regression response)
-CLASSIFICATION_GENERATORS = {"classification_blobs"}
+CLASSIFICATION_GENERATORS = {"classification_blobs", "paper001_label_shift"}

@@ -104,3 +104,18 @@ def discrete_gaussian_reference(sigma2: float, size: int) -> np.ndarray:
     rounding of the distribution, from OpenDP's own CSPRNG. Kept for tests and bench/discrete_gaussian.py."""
     _check_sigma2(sigma2)
     return np.asarray(_opendp_sampler(math.sqrt(sigma2))([0] * int(size)), dtype=np.int64)
+
+
+def gaussian(source, sigma: float, size: int) -> np.ndarray:
+    """`size` draws of N(0, sigma^2) by the Box-Muller transform of `source.random` (the OS CSPRNG's
+    PrivacyNoise, or a SeededNoise Generator in the explicit seeded mode, so the draws replay):
+    the continuous Gaussian of a trusted curator's central release (DP-FedAvg's and DP-Δ-FL's
+    update noise, McAfee et al. 2018; paper 001 algorithm 4 line 12). sigma 0: zeros."""
+    count = int(size)
+    if sigma <= 0 or count == 0:
+        return np.zeros(count)
+    pairs = (count + 1) // 2
+    u = source.random(2 * pairs).reshape(2, pairs)
+    radius = np.sqrt(-2.0 * np.log1p(-u[0]))  # 1 - u in (0, 1]: never log(0)
+    values = np.concatenate([radius * np.cos(2 * math.pi * u[1]), radius * np.sin(2 * math.pi * u[1])])
+    return sigma * values[:count]

@@ -23,19 +23,19 @@ import numpy as np
 from protocol.codecs.base import Codec, PayloadError
 
 #: wire dtype tag -> numpy dtype
-DTYPES = {"f2": np.dtype("<f2"), "f4": np.dtype("<f4")}
-PRECISIONS = {"float16": "f2", "float32": "f4"}
+DTYPES = {"f2": np.dtype("<f2"), "f4": np.dtype("<f4"), "f8": np.dtype("<f8")}
+PRECISIONS = {"float16": "f2", "float32": "f4", "float64": "f8"}
 MAX_TENSORS = 4096
 
 
 def pack_tensors(tensors: Mapping[str, np.ndarray]) -> list:
-    """{name: float16 / float32 array} -> a msgpack-able list of [name, dtype, shape, bytes]."""
+    """{name: float16 / float32 / float64 array} -> a msgpack-able list of [name, dtype, shape, bytes]."""
     packed = []
     for name, array in tensors.items():
         array = np.asarray(array)
         tag = next((t for t, d in DTYPES.items() if array.dtype == d or array.dtype == d.newbyteorder("=")), None)
         if tag is None:
-            raise ValueError(f"tensor {name!r}: dtype {array.dtype} is not float16 or float32")
+            raise ValueError(f"tensor {name!r}: dtype {array.dtype} is not float16, float32 or float64")
         packed.append([str(name), tag, [int(s) for s in array.shape],
                        np.ascontiguousarray(array, dtype=DTYPES[tag]).tobytes()])
     return packed

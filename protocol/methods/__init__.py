@@ -57,6 +57,9 @@ METHODS = Registry("method", "quorum.methods", {
     "fedavg": "protocol.methods.fedtype:FedAvg",
     "fedtype": "protocol.methods.fedtype:FedType",
     "fedtype_personal": "protocol.methods.fedtype_personal:FedTypePersonal",
+    "delta_fl": "protocol.methods.delta_fl:DeltaFL",
+    "dp_delta_fl": "protocol.methods.delta_fl:DPDeltaFL",
+    "dp_fedavg": "protocol.methods.delta_fl:DPFedAvg",
     "fml": "protocol.methods.fml:FML",
     "fedproto": "protocol.methods.fedproto:FedProto",
 }, key="name", check=check_method)

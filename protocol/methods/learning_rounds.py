@@ -46,7 +46,7 @@ LEARNING_PARAMS = {
     "batch_size": {"type": "int", "min": 1, "default": 16},
     "local_epochs": {"type": "int", "min": 1, "default": 5},
     "passes": {"type": "int", "min": 1, "default": 1},
-    "precision": {"type": "str", "choices": sorted(PRECISIONS), "default": "float32"},
+    "precision": {"type": "str", "choices": ["float16", "float32"], "default": "float32"},
     "device": {"type": "str", "choices": ["auto", "cpu", "cuda"], "default": "auto"},
 }
 PRIVATE_MODELS = {"type": "list", "min_len": 1, "of": ARCHITECTURE,
