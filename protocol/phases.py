@@ -61,11 +61,16 @@ class Phase(str):
 @dataclass(frozen=True)
 class PhaseStep:
     """One row of a method's phase table: a phase, the phases that may follow it (a session may
-    end after any), and whether it repeats with a round number (0, 1, ... one more each time)."""
+    end after any), and whether it repeats with a round number (0, 1, ... one more each time).
+
+    A round may hold several numbered phases (DP-Δ-FL's two secure sums a round): a numbered
+    phase after another numbered phase keeps its round, unless it follows itself or `opens` a
+    round (the first phase of each round), which takes the next number."""
 
     name: str
     then: tuple[str, ...] = ()
     numbered: bool = False
+    opens: bool = False
 
 
 class PhaseTable:
@@ -123,8 +128,14 @@ class PhaseTable:
         step = self.steps[previous.name]
         if phase.name not in step.then:
             return f"{previous} is followed by {self.describe(step.then)}, not {phase}"
-        if self.steps[phase.name].numbered:
-            expected = previous.round + 1 if phase.name == previous.name else 0
+        step_now = self.steps[phase.name]
+        if step_now.numbered:
+            if previous.round is None:
+                expected = 0
+            elif phase.name == previous.name or step_now.opens:
+                expected = previous.round + 1
+            else:
+                expected = previous.round
             if phase.round != expected:
                 return f"after {previous} comes {Phase(phase.name, expected)}, not {phase}"
         return None

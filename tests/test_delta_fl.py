@@ -13,7 +13,7 @@ from learning.tail_fl import (client_gradients, client_losses, clip_updates, loc
 from protocol.codecs import CODECS
 from protocol.inprocess import drive
 from protocol.methods import METHODS
-from protocol.methods.delta_fl import round_rho, server_step, site_step
+from protocol.methods.tail_rounds import round_rho, server_step, site_step
 
 
 def clients(count=12, n=30, d=5, k=4, seed=0):
