@@ -13,6 +13,27 @@ Two kinds of release are budgeted:
   `pld` (optimal numerical composition of the events' privacy loss distributions, Google's
   dp_accounting library; Kairouz, Oh and Viswanath 2015 for (epsilon, delta) events), whose
   epsilon at the budget's delta is never above the basic sum.
+- zero-concentrated DP (issue 49): a round of private federated training (DP-FedAvg, DP-Δ-FL)
+  is a rho-zCDP release (`Spend(kind="zcdp", rho=...)`; paper 001 claim 13, corrected:
+  stats.rounds_privacy). The zCDP events of a record's history are composed in zCDP and
+  converted to (epsilon, delta) ONCE: their rhos add (Bun and Steinke 2016, lemma 2.3), and the
+  total's RDP curve alpha * rho (plus the curves of trainings booked with amplification, below)
+  is converted by dp_accounting (Canonne, Kamath and Steinke 2020, proposition 12) into
+  (epsilon_z, delta_z). Alone, delta_z is the budget's delta. With (epsilon, delta) events beside
+  them, (epsilon_z, delta_z) joins them as one more (epsilon, delta) event, composed under the
+  budget's rule at the budget's delta, with delta_z a quarter, half or three quarters of it
+  (whichever gives the least epsilon: each is a valid (epsilon, delta) bound, so their minimum
+  is). Sound because every step is: zCDP composition, one conversion, then (epsilon, delta)
+  composition of two guarantees on the same data (basic: Dwork and Roth theorem 3.16; pld: the
+  worst-case PLD of an (epsilon, delta) event, which dominates any mechanism with that guarantee).
+  Booking each round as its own (epsilon, delta) event instead would cost far more (1,000 DDG
+  rounds: epsilon 52-65 against 7; tests/test_rounds_accounting.py). By default a site books the
+  UNAMPLIFIED rho of every round it takes part in: it cannot check the coordinator's sampling.
+  A site whose policy says `trust_sampling: true` (protocol.policy) books a training that states
+  its sampling (`sampling`, `sample`, `population`, `rounds`, and `key` naming the training) at
+  its amplified cost: the whole training's `rounds` rounds, each subsampled, composed once per
+  (trial, key, rho, sampling) however many of its rounds the site answers (at most `rounds`:
+  more is refused), whether it was sampled or not; stats.rounds_privacy gives the curve.
 - K-anonymous tables (paper 004): the site releases at most `kanon_releases` distinct tables
   of the same data. A request identical to an earlier one on the same data gets the earlier
   release back, unchanged, so two answers can never be differenced; a different one beyond the
@@ -46,6 +67,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
@@ -61,7 +83,14 @@ SCOPES = ("records", "dataset", "trial")  # trial: the earlier name of records
 DEFAULT_EPSILON = 3.0
 DEFAULT_DELTA = 1e-6
 COMPOSITIONS = ("basic", "pld")
-KINDS = ("dp", "kanon", "none")
+KINDS = ("dp", "zcdp", "kanon", "none")
+#: the sampling a zCDP spend may state (stats.rounds_privacy.SAMPLINGS); amplification is booked only
+#: for the two whose accounting composes per training (with_replacement books unamplified)
+SAMPLINGS = ("none", "poisson", "without_replacement", "with_replacement")
+AMPLIFIED = ("poisson", "without_replacement")
+#: the shares of the budget's delta tried for the zCDP part when (epsilon, delta) events are beside it
+ZCDP_DELTA_SHARES = (0.25, 0.5, 0.75)
+PRIVATE_KINDS = ("dp", "zcdp")
 PLD_MAX_EPSILON = 30.0
 #: the most inputs a claim may name (a shuffle's messages, a secure sum's noisy inputs): twice the
 #: largest federation Quorum runs (50,000 sites), and the bound on the work a site's check of a
@@ -93,7 +122,15 @@ class Spend:
     "none": a release with no formal privacy. `k`: a K-anonymous table's K; `contributors`: the
     fewest inputs a claim whose privacy rests on other sites' inputs was planned for (a shuffle's
     messages, a secure sum's noisy inputs; 0 when the release stands alone). The site's policy
-    (protocol.policy) checks both."""
+    (protocol.policy) checks both.
+
+    kind "zcdp": a rho-zCDP release (`rho`), e.g. one round of private federated training
+    (stats.rounds_privacy.round_rho). `sampling`, `sample`, `population`, `rounds`: what the
+    request says of the training it belongs to (each round samples `sample` of `population`
+    clients; "none": no sampling stated), with `key` naming the training; `trusted`: the site's
+    policy trusts that sampling (protocol.policy.SitePolicy.booked sets it; methods never do), and
+    only then is the training booked amplified. `curator`: the release goes in the clear to a
+    coordinator trusted to add the noise (protocol.policy's `curator`)."""
 
     kind: str
     epsilon: float = 0.0
@@ -102,6 +139,13 @@ class Spend:
     key: bytes = b""
     k: int = 0
     contributors: int = 0
+    rho: float = 0.0
+    sampling: str = "none"
+    sample: int = 0
+    population: int = 0
+    rounds: int = 1
+    trusted: bool = False
+    curator: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -109,6 +153,86 @@ class Spend:
         if self.kind == "dp" and not (0 < self.epsilon < math.inf and 0 <= self.delta < 1):
             raise ValueError(f"a DP spend needs 0 < epsilon < inf and 0 <= delta < 1, got "
                              f"({self.epsilon!r}, {self.delta!r})")
+        if self.kind == "zcdp":
+            if not 0 < self.rho < math.inf:
+                raise ValueError(f"a zCDP spend needs 0 < rho < inf, got {self.rho!r}")
+            if self.sampling not in SAMPLINGS:
+                raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
+            if self.sampling != "none" and not (1 <= self.sample and 1 <= self.population and self.rounds >= 1
+                                                and (self.sample <= self.population
+                                                     or self.sampling == "with_replacement")):
+                raise ValueError(f"a sampled zCDP spend needs 1 <= sample <= population and rounds >= 1, got "
+                                 f"({self.sample!r}, {self.population!r}, {self.rounds!r})")
+
+    @property
+    def amplified(self) -> bool:
+        """Booked at the amplified cost of its training (trusted sampling the account composes)."""
+        return self.kind == "zcdp" and self.trusted and self.sampling in AMPLIFIED and bool(self.key)
+
+    def release_epsilon(self, delta: float) -> float:
+        """This release's own epsilon at `delta`: epsilon for "dp", one round's unamplified rho
+        converted for "zcdp" (the per-release cap, protocol.policy's max_epsilon), 0 otherwise."""
+        if self.kind == "dp":
+            return self.epsilon
+        if self.kind == "zcdp":
+            from stats.rounds_privacy import zcdp_epsilon
+
+            return zcdp_epsilon(self.rho, delta)
+        return 0.0
+
+
+class ZcdpEvent(NamedTuple):
+    """A zCDP release in a record's history: `rho` (per round when amplified); an amplified one
+    carries its training's sampling and `group` ("trial:key"), and each group counts once."""
+
+    rho: float
+    sampling: str = "none"
+    sample: int = 0
+    population: int = 0
+    rounds: int = 1
+    group: str = ""
+
+    @property
+    def amplified(self) -> bool:
+        return bool(self.group) and self.sampling in AMPLIFIED
+
+
+def split_events(events) -> tuple[list[tuple[float, float]], list[ZcdpEvent]]:
+    """((epsilon, delta) events, zCDP events) of a history."""
+    dp, z = [], []
+    for event in events:
+        (z if isinstance(event, ZcdpEvent) else dp).append(event)
+    return dp, z
+
+
+def zcdp_composition(events: list[ZcdpEvent], delta: float) -> float:
+    """The epsilon at `delta` of zCDP events composed in zCDP and converted once: unamplified
+    rhos add; each amplified training (group) counts once, its `rounds` subsampled rounds' RDP
+    curve added to the rest (stats.rounds_privacy.combined_epsilon)."""
+    from stats.rounds_privacy import combined_epsilon
+
+    plain = sum(e.rho for e in events if not e.amplified)
+    trainings = {(e.group, e.rho, e.sampling, e.sample, e.population, e.rounds) for e in events if e.amplified}
+    return combined_epsilon(plain, [(rho, rounds, sampling, sample, population)
+                                    for _, rho, sampling, sample, population, rounds in sorted(trainings)], delta)
+
+
+def event_of(record: dict):
+    """A release record's composition event: (epsilon, delta), or a ZcdpEvent."""
+    if record["kind"] == "zcdp":
+        amplified = record.get("sampling", "none") in AMPLIFIED and record.get("trusted", False) and record.get("key")
+        return ZcdpEvent(float(record["rho"]), record.get("sampling", "none"), int(record.get("sample", 0)),
+                         int(record.get("population", 0)), int(record.get("rounds", 1)),
+                         f"{record['trial']}:{bytes(record['key']).hex()}" if amplified else "")
+    return (record["epsilon"], record["delta"])
+
+
+def spend_event(spend: Spend, trial: int):
+    """The composition event a spend would add (a release record's event_of)."""
+    if spend.kind == "zcdp":
+        return ZcdpEvent(float(spend.rho), spend.sampling, spend.sample, spend.population, spend.rounds,
+                         f"{trial}:{spend.key.hex()}" if spend.amplified else "")
+    return (spend.epsilon, spend.delta)
 
 
 @dataclass(frozen=True)
@@ -167,9 +291,15 @@ def data_fingerprint(values) -> str:
     return record_set(record_ids(values))[0]
 
 
-def basic_composition(events: list[tuple[float, float]]) -> tuple[float, float]:
-    """Dwork and Roth 2014, theorem 3.16: (sum epsilon_i, sum delta_i)."""
-    return float(sum(e for e, _ in events)), float(sum(d for _, d in events))
+def basic_composition(events: list, delta: float = DEFAULT_DELTA) -> tuple[float, float]:
+    """Dwork and Roth 2014, theorem 3.16: (sum epsilon_i, sum delta_i). zCDP events (ZcdpEvent)
+    count as one (epsilon, delta) event, their zCDP composition converted once at `delta` (half of
+    it when (epsilon, delta) events are beside them)."""
+    dp, z = split_events(events)
+    if z:
+        share = delta / 2.0 if dp else delta
+        dp = dp + [(zcdp_composition(z, share), share)]
+    return float(sum(e for e, _ in dp)), float(sum(d for _, d in dp))
 
 
 @lru_cache(maxsize=4096)
@@ -188,6 +318,8 @@ def pld_composition(events: list[tuple[float, float]], delta: float) -> float:
     gains nothing and its grid would not fit in memory) are added by the basic rule."""
     if not events:
         return 0.0
+    if any(isinstance(e, ZcdpEvent) for e in events):
+        raise TypeError("pld_composition takes (epsilon, delta) events; SiteAccount.composed converts zCDP ones")
     large = [(e, d) for e, d in events if e > PLD_MAX_EPSILON]
     if large:
         small = [(e, d) for e, d in events if e <= PLD_MAX_EPSILON]
@@ -294,22 +426,23 @@ class SiteAccount:
             return [r for r in self.records if r["trial"] == trial]
         return [r for d in self.ledger.overlapping(data) for r in self.ledger.releases.get(d, ())]
 
-    def dp_events(self, trial: int, data: str | None = None) -> list[tuple[float, float]]:
-        """Every DP event in scope (a record of the set took part in at least one of them)."""
-        return [(r["epsilon"], r["delta"]) for r in self._in_scope(trial, data) if r["kind"] == "dp"]
+    def dp_events(self, trial: int, data: str | None = None) -> list:
+        """Every DP event in scope (a record of the set took part in at least one of them):
+        (epsilon, delta) pairs and ZcdpEvents."""
+        return [event_of(r) for r in self._in_scope(trial, data) if r["kind"] in PRIVATE_KINDS]
 
     def dp_groups(self, trial: int, data: str | None = None) -> list[list[tuple[float, float]]]:
         """The DP events each record of the set `data` took part in, one list per distinct history
         (records used by the same earlier releases share one): what a new release composes with,
         record by record. One list under `dataset`, or when the set's identities are unknown."""
-        scope = [r for r in self._in_scope(trial, data) if r["kind"] == "dp"]
+        scope = [r for r in self._in_scope(trial, data) if r["kind"] in PRIVATE_KINDS]
         sets = self.ledger.sets
         mine = sets.get(data) if data is not None else None
         if not self.budget.per_record or mine is None or not scope:
-            return [[(r["epsilon"], r["delta"]) for r in scope]]
-        by_set: dict[str, list[tuple[float, float]]] = {}
+            return [[event_of(r) for r in scope]]
+        by_set: dict[str, list] = {}
         for r in scope:
-            by_set.setdefault(r["data"], []).append((r["epsilon"], r["delta"]))
+            by_set.setdefault(r["data"], []).append(event_of(r))
         digests = list(by_set)
         member = np.stack([np.ones(len(mine), dtype=bool) if d == data else
                            np.isin(mine, sets[d], assume_unique=True) for d in digests], axis=1)
@@ -321,12 +454,12 @@ class SiteAccount:
         distinct history: under `records` what each person's data went into (reports take the
         worst); under `dataset` one list of every event. Releases from sets of unknown identities
         (an account written before identities) count as one record set each."""
-        dp = [r for r in (self.records if records is None else records) if r["kind"] == "dp"]
+        dp = [r for r in (self.records if records is None else records) if r["kind"] in PRIVATE_KINDS]
         if not self.budget.per_record or not dp:
-            return [[(r["epsilon"], r["delta"]) for r in dp]]
-        by_set: dict[str, list[tuple[float, float]]] = {}
+            return [[event_of(r) for r in dp]]
+        by_set: dict[str, list] = {}
         for r in dp:
-            by_set.setdefault(r["data"], []).append((r["epsilon"], r["delta"]))
+            by_set.setdefault(r["data"], []).append(event_of(r))
         known = [d for d in by_set if d in self.sets]
         lists = [events for d, events in by_set.items() if d not in self.sets]
         if known:
@@ -336,12 +469,27 @@ class SiteAccount:
                       for pattern in np.unique(member, axis=0)]
         return lists
 
-    def composed(self, events: list[tuple[float, float]]) -> float:
-        """The epsilon the budget's composition rule gives these events at the budget's delta."""
+    def composed(self, events: list) -> float:
+        """The epsilon the budget's composition rule gives these events at the budget's delta:
+        zCDP events composed in zCDP and converted once (alone: at the budget's delta; beside
+        (epsilon, delta) events: as one more such event, at the share of delta that gives the
+        least epsilon; module docstring)."""
+        dp, z = split_events(events)
+        if not z:
+            return self._composed_dp(dp, self.budget.delta)
+        if not dp:
+            return zcdp_composition(z, self.budget.delta)
+        best = math.inf
+        for share in ZCDP_DELTA_SHARES:
+            part = share * self.budget.delta
+            best = min(best, self._composed_dp(dp + [(zcdp_composition(z, part), part)], self.budget.delta))
+        return best
+
+    def _composed_dp(self, events: list[tuple[float, float]], delta: float) -> float:
         if self.budget.composition == "basic":
-            eps, delta = basic_composition(events)
-            return eps if delta <= self.budget.delta else math.inf
-        return pld_composition(events, self.budget.delta)
+            eps, total = basic_composition(events)
+            return eps if total <= delta else math.inf
+        return pld_composition(events, delta)
 
     def cached_release(self, trial: int, data: str, spend: Spend):
         """The body of an earlier K-anonymous release answering the same request on the same
@@ -363,17 +511,34 @@ class SiteAccount:
                     f"privacy budget: this site has made {len(made)} K-anonymous release(s) of these records "
                     f"(at most {b.kanon_releases} per {per}); a different table could be differenced "
                     f"against {'it' if len(made) == 1 else 'them'}")
-        elif spend.kind == "dp" and b.epsilon is not None:
+        elif spend.kind == "zcdp" and spend.amplified and self._participations(trial, data, spend) >= spend.rounds:
+            raise BudgetExceeded(
+                f"privacy budget: this site has answered {spend.rounds} round(s) of this training, all the "
+                f"{spend.rounds} its amplified booking covers (sampling {spend.sample} of {spend.population})")
+        elif spend.kind in PRIVATE_KINDS and b.epsilon is not None:
             worst, total = [], -1.0
+            new = spend_event(spend, trial)
             for events in self.dp_groups(trial, data):
-                composed = self.composed(events + [(spend.epsilon, spend.delta)])
+                composed = self.composed(events + [new])
                 if composed > total:
                     worst, total = events, composed
             if total > b.epsilon * (1 + 1e-12):
+                if spend.kind == "zcdp":
+                    what = (f"rho {spend.rho:.4g} (zCDP; one round alone epsilon {spend.release_epsilon(b.delta):.4g} "
+                            f"at delta {b.delta:g}" + (f"; booked amplified, {spend.rounds} rounds sampling "
+                                                      f"{spend.sample} of {spend.population} ({spend.sampling})"
+                                                      if spend.amplified else "; unamplified") + ")")
+                else:
+                    what = f"epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g}"
                 raise BudgetExceeded(
-                    f"privacy budget: answering at epsilon {spend.epsilon:.4g}, delta {spend.delta:.3g} would "
+                    f"privacy budget: answering at {what} would "
                     f"bring this site's {b.composition} composition to epsilon {total:.4g} at delta {b.delta:g} "
                     f"per {per}, over its budget {b.epsilon:g} (spent so far: {self.composed(worst):.4g})")
+
+    def _participations(self, trial: int, data: str, spend: Spend) -> int:
+        """The rounds of the amplified training `spend` belongs to that this site has answered."""
+        group = spend_event(spend, trial)
+        return sum(1 for r in self._in_scope(trial, data) if r["kind"] == "zcdp" and event_of(r) == group)
 
     def _append(self, entry: dict) -> None:
         data = entry["data"]
@@ -390,11 +555,16 @@ class SiteAccount:
                reused: bool = False, noise: str = "os") -> None:
         """A release made (`reused`: an earlier K-anonymous release sent again, nothing new;
         `noise`: where its privacy noise came from, protocol.policy)."""
-        self._append({"trial": trial, "session": session, "method": method, "kind": spend.kind,
-                      "epsilon": spend.epsilon if not reused else 0.0,
-                      "delta": spend.delta if not reused else 0.0, "model": spend.model,
-                      "data": data, "key": spend.key, "reused": reused, "reason": "", "noise": noise,
-                      "body": body if spend.kind == "kanon" and not reused else None})
+        entry = {"trial": trial, "session": session, "method": method, "kind": spend.kind,
+                 "epsilon": spend.epsilon if not reused else 0.0,
+                 "delta": spend.delta if not reused else 0.0, "model": spend.model,
+                 "data": data, "key": spend.key, "reused": reused, "reason": "", "noise": noise,
+                 "body": body if spend.kind == "kanon" and not reused else None}
+        if spend.kind == "zcdp":  # plain data, so the account keeps it on disk (sites.storage)
+            entry.update({"rho": float(spend.rho), "sampling": spend.sampling, "sample": int(spend.sample),
+                          "population": int(spend.population), "rounds": int(spend.rounds),
+                          "trusted": bool(spend.amplified)})
+        self._append(entry)
 
     def refusal(self, trial: int, session: int, method: str, reason: str) -> None:
         """A request the budget refused (nothing released), kept for the report."""
