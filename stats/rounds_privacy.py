@@ -370,7 +370,10 @@ def rounds_epsilon(rho_per_round: float, rounds: int, delta: float, sampling: st
         orders, curve = round_curve(rho_per_round, sampling, sample, population, most)
         return _epsilon_from_rdp(orders, rounds * curve, delta - tail)
     orders, curve = round_curve(rho_per_round, sampling, sample, population)
-    return _epsilon_from_rdp(orders, rounds * curve, delta)
+    # sampling never costs more than the rounds themselves (joint convexity), and the plain
+    # conversion has orders near 1 that the subsampled grid lacks (where rho is large)
+    plain = zcdp_epsilon(rounds * rho_per_round * (1.0 if sampling == "poisson" else 4.0), delta)
+    return min(_epsilon_from_rdp(orders, rounds * curve, delta), plain)
 
 
 def combined_epsilon(rho: float, amplified: list[tuple[float, int, str, int, int]], delta: float) -> float:

@@ -138,6 +138,13 @@ def test_subsampling_amplifies_and_the_sampling_kinds_are_ordered(rho):
                                                                                                       rel=0.01)
 
 
+def test_sampling_never_costs_more_than_the_rounds_themselves_even_at_large_rho():
+    for rho in (1.0, 10.0):
+        plain = rp.rounds_epsilon(rho, 10, 1e-5)
+        assert rp.rounds_epsilon(rho, 10, 1e-5, "poisson", 10, 100) <= plain
+        assert rp.rounds_epsilon(rho, 10, 1e-5, "without_replacement", 10, 100) <= rp.rounds_epsilon(4 * rho, 10, 1e-5)
+
+
 @pytest.mark.parametrize("sampling", ["poisson", "without_replacement", "none"])
 @pytest.mark.parametrize("ratio", [0.0, 0.25])
 @pytest.mark.parametrize("target", [3.0, 10.0])
