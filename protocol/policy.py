@@ -112,7 +112,8 @@ class SitePolicy:
     def refusal(self, method: str, spend: Spend | None, delta: float = DEFAULT_DELTA) -> str | None:
         """Why this site will not answer a request of `method` that releases `spend` (None: it
         may); `delta`: the budget's, at which a zCDP release's one-round epsilon is checked
-        against max_epsilon. Every reason starts with "site policy:"."""
+        against max_epsilon (the default budget's, DEFAULT_DELTA, when the caller does not say).
+        Every reason starts with "site policy:"."""
         if "all" not in self.methods and method not in self.methods:
             return f"site policy: this site answers only {', '.join(self.methods)}, not {method}"
         if spend is None:
