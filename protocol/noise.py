@@ -119,3 +119,34 @@ def gaussian(source, sigma: float, size: int) -> np.ndarray:
     radius = np.sqrt(-2.0 * np.log1p(-u[0]))  # 1 - u in (0, 1]: never log(0)
     values = np.concatenate([radius * np.cos(2 * math.pi * u[1]), radius * np.sin(2 * math.pi * u[1])])
     return sigma * values[:count]
+
+
+def seeded_discrete_gaussian(rng: np.random.Generator, sigma2: float, size: int) -> np.ndarray:
+    """N_Z(0, sigma2) from a seeded Generator, for the explicit seeded mode only (its releases say
+    they are not private): Canonne, Kamath and Steinke 2020, algorithm 3 (a discrete Laplace
+    proposal with scale t = floor(sigma) + 1, accepted with probability
+    exp(-(|Y| - sigma^2 / t)^2 / (2 sigma^2))), in floating point."""
+    _check_sigma2(sigma2)
+    sigma, count = math.sqrt(sigma2), int(size)
+    t = math.floor(sigma) + 1
+    out = np.empty(0, dtype=np.int64)
+    while out.size < count:
+        batch = 2 * (count - out.size) + 16
+        p = 1.0 - math.exp(-1.0 / t)
+        magnitude = rng.geometric(p, batch) - 1  # |Y| of a discrete Laplace: P(k) proportional to exp(-k / t)
+        sign = rng.integers(0, 2, batch) * 2 - 1
+        keep = ~((sign < 0) & (magnitude == 0))  # 0 drawn once, not twice
+        y = (sign * magnitude)[keep]
+        accept = rng.random(y.size) < np.exp(-((np.abs(y) - sigma2 / t) ** 2) / (2.0 * sigma2))
+        out = np.concatenate([out, y[accept].astype(np.int64)])
+    return out[:count]
+
+
+def site_discrete_gaussian(source, sigma2: float, size: int) -> np.ndarray:
+    """The discrete Gaussian a site adds: exact from the OS CSPRNG (discrete_gaussian) when the site's
+    noise source is the CSPRNG (PrivacyNoise), or from the seeded Generator a site half gets in the
+    explicit seeded mode (its policy's `noise: seeded`: seeded_discrete_gaussian), so that such a run
+    replays."""
+    if isinstance(source, np.random.Generator):
+        return seeded_discrete_gaussian(source, sigma2, size)
+    return discrete_gaussian(sigma2, size)

@@ -29,6 +29,7 @@ RESULTS = Registry("result family", "quorum.results", {
     "test": "results.hypothesis:HypothesisTest",
     "estimates": "results.estimates:Estimates",
     "learning": "results.learning:LearningRun",
+    "robust_training": "results.robust_training:RobustTraining",
 }, key="name", check=check_result)
 
 

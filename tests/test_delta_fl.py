@@ -187,3 +187,74 @@ def test_a_site_refuses_a_malformed_round():
     half.answer(Phase("setup"), {"classes": 4})
     with pytest.raises(RequestError, match="weights"):
         half.answer(Phase("round", 0), {"weights": [], "lr": 0.1, "steps": 1, "weight_decay": 0.0})
+
+
+def run_with_identities(method, sites, seed=9, ask_hook=None, seeded=True):
+    from protocol.noise import SeededNoise
+    from protocol.secagg.identity import identities_in_memory
+
+    halves = {s: type(method).site(rows, SeededNoise(np.random.PCG64(j)) if seeded else None, s)
+              for j, (s, rows) in enumerate(sites.items())}
+    for site, identity in identities_in_memory(halves).items():
+        halves[site].identity = identity
+
+    def ask(site, phase, body):
+        if ask_hook is not None:
+            ask_hook(site, phase)
+        encoder, request = CODECS[method.codec].for_site(msgpack.unpackb(msgpack.packb(body, use_bin_type=True),
+                                                                         raw=False))
+        return encoder.encode(halves[site].answer(phase, request))
+
+    return drive(method, {s: len(r) for s, r in sites.items()}, ask, np.random.default_rng(seed))
+
+
+def test_the_distributed_plan_meets_the_rounds_budget():
+    from protocol.methods.tail_secagg import distributed_round_rhos, plan_distributed
+
+    plan = plan_distributed(0.002, 0.0005, clip=1.1, tail=0.75, loss_bound=1.5, bins=32, hierarchical=True,
+                            dimension=210, sample=100, population=2500, rounds=1000, dropouts=10, granularity=1024)
+    rho_loss, rho_update = distributed_round_rhos(plan)
+    assert rho_update == pytest.approx(0.002, rel=1e-6) and rho_update <= 0.002
+    assert rho_loss == pytest.approx(0.0005, rel=1e-6) and rho_loss <= 0.0005
+    assert plan["inputs"] == 90 and plan["sigma2_histogram"] >= 1.0
+    # the ring holds every site's largest entry and the noise's 12 sd without wrapping
+    assert 2 ** (plan["modulus_bits"] - 1) > 100 * (1024 + 1) + 12 * math.sqrt(100 * plan["sigma2_update"])
+
+
+def test_distributed_dp_fedavg_collapses_to_fedavg_as_noise_vanishes():
+    """epsilon large and C large: the distributed sum's noise and rounding (1 / scale) vanish, so the
+    trained model is FedAvg's: the same test errors."""
+    sites = label_sites()
+    common = dict(classes=4, rounds=4, clients_per_round=7, held_out=3)  # every training site, every round
+    plain = run_session(METHODS["delta_fl"](0.1, tail=0.0, **common), sites)
+    from protocol.methods.tail_secagg import plan_distributed
+
+    method = METHODS["dp_fedavg"](0.1, epsilon=1.0, secagg={"graph": "full"}, **common)
+    # rho per round 10^14 (epsilon beyond any budget): lemma 9's noise on updates scaled so that C = 10 (above
+    # every update's norm here) is 2^40 units has sd about 3e-7 of an update unit, the rounding 1e-11
+    method.mechanism = lambda population, features: plan_distributed(
+        1e14, 0.0, clip=10.0, tail=0.0, loss_bound=1.0, bins=2, hierarchical=False, dimension=(features + 1) * 4,
+        sample=7, population=population, rounds=4, dropouts=0, granularity=2.0**40)
+    private = run_with_identities(method, sites)
+    assert private.status == "ok", private.reason
+    assert private.details["noise"] == "distributed" and private.details["sigma2_update"] >= 0.25
+    assert private.details["mean_error"] == pytest.approx(plain.details["mean_error"], abs=1e-12)
+    assert private.details["p90_error"] == pytest.approx(plain.details["p90_error"], abs=1e-12)
+
+
+def test_a_round_whose_site_dropped_is_skipped_with_the_shortfall_named():
+    from protocol.methods.base import RequestError
+
+    sites = label_sites(count=8, held=2)  # 6 training sites, all sampled each round
+    method = METHODS["dp_delta_fl"](0.1, classes=4, rounds=3, clients_per_round=6, held_out=2, epsilon=5.0,
+                                    secagg={"graph": "full"}, bins=8, loss_bound=2.0)
+
+    def drop(site, phase):
+        if str(phase) == "update-mask-1" and site == "site-03":
+            raise RequestError("crashed")
+
+    outcome = run_with_identities(method, sites, ask_hook=drop)
+    assert outcome.status == "ok", outcome.reason
+    second = outcome.rounds[1]
+    assert "noise shortfall: 5 masked inputs where the noise was planned for 6" in second["skipped"]
+    assert outcome.rounds[0].get("skipped") is None and outcome.rounds[2].get("skipped") is None

@@ -30,6 +30,9 @@ SCENARIOS = [  # between them, every method Quorum ships, at small settings
     ("scenarios/secagg-ddg.yaml", {"sites.count": 8}),
     ("scenarios/paper004/mwu-3-centres.yaml", {}),
     ("scenarios/paper004/quantiles-3-centres.yaml", {}),
+    ("scenarios/paper001/fig3-small.yaml", {"sites.count": 12, "sites.heterogeneity.held_out": 4, "data.n": 3000,
+                                            "methods.*.rounds": 2, "methods.*.held_out": 4,
+                                            "methods.*.clients_per_round": 6}),
     ("scenarios/fedtype-blobs.yaml", {"sites.count": 4, "data.n": 1200, "methods.*.rounds": 1,
                                       "methods.*.fraction": 1.0}),
 ]
@@ -76,7 +79,8 @@ def comparable(transcript, shuffled: bool):
     phases = []
     for record in transcript:
         answers = ([repr(v) for v in sorted(map(repr, (normal(a) for a in record.answers.values())))] if shuffled
-                   else {site: masked(v) if record.phase in MASKED else normal(v) for site, v in record.answers.items()})
+                   else {site: masked(v) if str(record.phase).rstrip("0123456789-").rsplit("-", 1)[-1] in MASKED
+                         else normal(v) for site, v in record.answers.items()})
         dropped = {site: reason for site, reason in record.dropped.items()}
         phases.append((record.phase, normal(record.requests), answers, dropped))
     return phases

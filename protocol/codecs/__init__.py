@@ -26,6 +26,7 @@ CODECS = Registry("codec", "quorum.codecs", {
     "shuffle": "protocol.codecs.shuffle:Shuffle",
     "summary": "protocol.codecs.summary:Summary",
     "tensors": "protocol.codecs.tensors:Tensors",
+    "tensors_secagg": "protocol.codecs.tensors_secagg:TensorsSecAgg",
 }, key="name", check=check_codec)
 
 __all__ = ["CODECS", "Codec", "PayloadError", "check_codec"]

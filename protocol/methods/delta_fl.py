@@ -27,12 +27,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from protocol.accounting import Spend
+from protocol.accounting import Spend, request_key
 from protocol.methods.base import CoordinatorHalf, Method, checked
-from protocol.methods.learning_rounds import MAX_ROUNDS, PHASES
+from protocol.methods.learning_rounds import MAX_ROUNDS
+from protocol.methods.secure_sum import SECAGG_SPEC
 from protocol.methods.tail_rounds import (CURATOR_MODEL, MECHANISM, TailCoordinator, TailSite,
                                           histogram_sensitivity2, round_rho)
-from results.learning import LearningRun
+from protocol.methods.tail_secagg import (DISTRIBUTED, DISTRIBUTED_MODEL, DistributedCoordinator,
+                                          distributed_release_shape, distributed_round_rhos, distributed_spend,
+                                          plan_distributed, tail_phase_table)
+from results.robust_training import RobustTraining
 
 COMMON = {
     "classes": {"type": "int", "min": 2},
@@ -51,7 +55,13 @@ PRIVATE = {
     "epsilon": {"type": "float", "gt": 0},
     "delta": {"type": "float", "ge": 0, "lt": 1, "default": 0.0},  # 0: 1 / n, n the training sites
     "clip": {"type": "float", "gt": 0, "default": 1.1},
-    "noise": {"type": "str", "choices": ["central"], "default": "central"},
+    # central: the coordinator is a trusted curator that adds the noise (paper 001's setting; the
+    # sites' policy must say curator: allow); distributed: each site adds discrete Gaussian noise
+    # to its clipped, rounded update and the sums go through SecAgg+ (Quorum's threat model)
+    "noise": {"type": "str", "choices": ["central", "distributed"], "default": "distributed"},
+    "secagg": SECAGG_SPEC,
+    "dropouts": {"type": "int", "min": 0, "default": 0},  # per round, the noise planned for m - dropouts
+    "granularity": {"type": "float", "gt": 0, "default": 1024.0},  # C maps to this many integer units
 }
 QUANTILE = {
     "loss_bound": {"type": "float", "gt": 0, "default": 1.1},
@@ -59,53 +69,91 @@ QUANTILE = {
     "histogram": {"type": "str", "choices": ["flat", "hierarchical"], "default": "flat"},
     "quantile_ratio": {"type": "float", "gt": 0, "default": 0.25},
 }
+
+
+def central_mechanism_spend(mechanism: dict, method: str) -> Spend:
+    """A round to a trusted curator: its rho (claim 13 corrected), its training's sampling as the
+    request states it, the release marked as going in the clear to the curator."""
+    return Spend("zcdp", rho=round_rho(mechanism), model=CURATOR_MODEL, curator=True,
+                 sampling="without_replacement", sample=mechanism["sample"], population=mechanism["population"],
+                 rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))
+
+
 class TailMethod(Method):
     """What the methods of this family share (no method itself): the phases, the halves, the
     spend of each request."""
 
-    codec = "tensors"
-    phases = PHASES
+    codec = "tensors_secagg"
+    phases = tail_phase_table(MAX_ROUNDS)
     data = "examples"
-    result = LearningRun
-    site_noise = False  # central noise is the coordinator's; a site draws nothing that protects
+    result = RobustTraining
+    site_noise = False  # Δ-FL's sites draw nothing that protects a release
     private = False
 
     def __init__(self, alpha: float, **params: Any) -> None:
         super().__init__(alpha, **params)
         self.tail = float(self.params.get("tail", 0.0))
+        self.secagg = {"graph": "sparse", "degree": 0, "threshold": 0, "mode": "active",
+                       **(self.params.get("secagg") or {})}
 
     @property
     def privacy(self):
         return {"epsilon": None, "model": "no differential privacy; losses and updates in the clear"}
 
+    @property
+    def distributed(self) -> bool:
+        return self.private and self.params["noise"] == "distributed"
+
     def coordinator(self, sizes, rng) -> CoordinatorHalf:
-        return TailCoordinator(self, sorted(sizes), rng)
+        return (DistributedCoordinator if self.distributed else TailCoordinator)(self, sorted(sizes), rng)
 
     def mechanism(self, population: int) -> dict | None:
         """The round's public mechanism (None: no privacy)."""
         return None
 
+    @staticmethod
+    def round_cost(mechanism: dict) -> float:
+        """One round's rho: claim 13 corrected (central), or its two DDG sums' (distributed)."""
+        if mechanism.get("noise") == "distributed":
+            return sum(distributed_round_rhos(mechanism))
+        return round_rho(mechanism)
+
     @classmethod
     def spend(cls, phase, body):
-        if getattr(phase, "name", phase) == "setup":
+        name = str(getattr(phase, "name", phase))
+        if name == "setup":
             return None
-        if getattr(phase, "name", phase) == "evaluate":
+        if name == "evaluate":
             return Spend("none", model="the final model's test error on this site's data")
+        if name != "round":  # a secure sum's phase: its advertise books the sum, the others nothing new
+            if not name.endswith("-advertise"):
+                return None
+            return distributed_spend(name, body.get("method") if isinstance(body, dict) else None, cls.name)
         mechanism = body.get("mechanism") if isinstance(body, dict) else None
         if mechanism is None:
             return Spend("none", model="the loss and local update in the clear")
-        mechanism = checked(MECHANISM, mechanism, "request.mechanism")
-        return Spend("zcdp", rho=round_rho(mechanism), model=CURATOR_MODEL, curator=True)
+        return central_mechanism_spend(checked(MECHANISM, mechanism, "request.mechanism"), cls.name)
+
+    @classmethod
+    def release_shape(cls, phase, body):
+        name = str(getattr(phase, "name", phase))
+        return body if name in ("setup", "round", "evaluate") else distributed_release_shape(phase, body)
 
     def planned_spend(self, sites):
         if not self.private:
             return Spend("none", model=self.privacy["model"])
-        return Spend("zcdp", rho=round_rho(self.mechanism(max(1, sites - self.params["held_out"]))),
-                     model=CURATOR_MODEL, curator=True)
+        mechanism = self.mechanism(max(1, sites - self.params["held_out"]))
+        if self.distributed:
+            rho_loss, rho_update = distributed_round_rhos(mechanism)
+            return Spend("zcdp", rho=max(rho_loss, rho_update), model=DISTRIBUTED_MODEL,
+                         contributors=mechanism["inputs"])
+        return central_mechanism_spend(mechanism, self.name)
 
     @classmethod
     def site(cls, rows, rng, site_id):
-        return TailSite(rows)
+        half = TailSite(rows, rng, site_id, cls.name)
+        half.digest = cls.request_digest
+        return half
 
 
 class DeltaFL(TailMethod):
@@ -118,20 +166,24 @@ class DeltaFL(TailMethod):
 
 
 class PrivateTail(TailMethod):
-    """The private members of the family: clipped updates, noise planned for (epsilon, delta)."""
+    """The private members of the family: clipped updates, noise planned for (epsilon, delta) over
+    all rounds, amplified by the sampling (stats.rounds_privacy)."""
 
     private = True
+    site_noise = True  # the random rounding of a site's update under distributed noise
 
     @property
     def privacy(self):
-        return {"epsilon": self.params["epsilon"], "model": CURATOR_MODEL}
+        return {"epsilon": self.params["epsilon"],
+                "model": DISTRIBUTED_MODEL if self.distributed else CURATOR_MODEL}
 
     def target_delta(self, population: int) -> float:
         return self.params["delta"] or 1.0 / max(population, 1)
 
-    def mechanism(self, population: int) -> dict:
-        """sigma (on the update sum) and sigma_q for the whole training to meet (epsilon, delta)
-        with sampling amplification (stats.rounds_privacy.sigma_for_epsilon)."""
+    def mechanism(self, population: int, features: int = 20) -> dict:
+        """The noise for the whole training to meet (epsilon, delta) with sampling amplification
+        (stats.rounds_privacy.sigma_for_epsilon): central sigma (on the update sum) and sigma_q, or
+        the distributed mechanism meeting the same per-round rho (tail_secagg.plan_distributed)."""
         from stats.rounds_privacy import sigma_for_epsilon
 
         p = self.params
@@ -139,16 +191,23 @@ class PrivateTail(TailMethod):
         m = min(p["clients_per_round"], population)
         plan = sigma_for_epsilon(p["epsilon"], self.target_delta(population), p["rounds"], p["clip"], m, population,
                                  sampling="without_replacement", quantile_ratio=ratio)
-        sigma, rho_quantile = plan["sigma"], plan["rho_quantile"]
         bins, hierarchical = p.get("bins", 2), p.get("histogram", "flat") == "hierarchical"
-        sigma_q = math.sqrt(histogram_sensitivity2(bins, hierarchical) / (2.0 * rho_quantile)) if ratio > 0 else 0.0
-        return {"clip": float(p["clip"]), "sigma_update": float(sigma), "tail": self.tail,
+        common = {"sample": m, "population": population, "rounds": p["rounds"]}
+        if self.distributed:
+            return plan_distributed(plan["rho_update"], plan["rho_quantile"], clip=p["clip"], tail=self.tail,
+                                    loss_bound=p.get("loss_bound", 1.0), bins=bins, hierarchical=hierarchical,
+                                    dimension=(features + 1) * p["classes"], sample=m, population=population,
+                                    rounds=p["rounds"], dropouts=p["dropouts"], granularity=p["granularity"])
+        sigma_q = (math.sqrt(histogram_sensitivity2(bins, hierarchical) / (2.0 * plan["rho_quantile"]))
+                   if ratio > 0 else 0.0)
+        return {"clip": float(p["clip"]), "sigma_update": float(plan["sigma"]), "tail": self.tail,
                 "loss_bound": float(p.get("loss_bound", 1.0)), "bins": int(bins), "hierarchical": hierarchical,
-                "sigma_histogram": float(sigma_q)}
+                "sigma_histogram": float(sigma_q), **common}
 
 
 class DPDeltaFL(PrivateTail):
-    """DP-Δ-FL (algorithm 4) with the trusted curator's central noise (the paper's setting)."""
+    """DP-Δ-FL (algorithm 4): the quantile of the losses by algorithm 1 / 2, the tail's clipped
+    updates with noise, central (the paper's trusted curator) or distributed (SecAgg+)."""
 
     name = "dp_delta_fl"
     PARAMS = {**COMMON, "tail": TAIL, **PRIVATE, **QUANTILE}
@@ -156,7 +215,7 @@ class DPDeltaFL(PrivateTail):
 
 class DPFedAvg(PrivateTail):
     """DP-FedAvg (McMahan et al. 2018; paper 001 appendix B.3's baseline): every sampled client's
-    clipped update, averaged, with the curator's Gaussian noise; no quantile (tail 0)."""
+    clipped update, averaged, with noise (central or distributed); no quantile (tail 0)."""
 
     name = "dp_fedavg"
     PARAMS = {**COMMON, **PRIVATE}

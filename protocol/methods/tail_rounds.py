@@ -17,7 +17,7 @@ from protocol.methods.base import CoordinatorHalf, Outcome, RequestError, Send, 
 from protocol.methods.learning_rounds import spread
 from protocol.noise import gaussian, release_noise
 from protocol.phases import Phase
-from results.learning import LearningRun
+from results.robust_training import RobustTraining
 
 #: what a private round's request carries: the mechanism, from which the site computes its cost
 MECHANISM = {"type": "map", "fields": {
@@ -28,6 +28,8 @@ MECHANISM = {"type": "map", "fields": {
     "bins": {"type": "int", "min": 2, "max": 4096},
     "hierarchical": {"type": "bool"},
     "sigma_histogram": {"type": "float", "ge": 0, "finite": True},
+    "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
+    "rounds": {"type": "int", "min": 1},
 }}
 CURATOR_MODEL = "central Gaussian noise by a trusted curator (clipped update and loss bin sent in the clear)"
 
@@ -107,7 +109,9 @@ class TailCoordinator(CoordinatorHalf):
             return self._after_setup(answers, dropped)
         if phase.name == "round":
             return self._after_round(phase, answers, dropped)
-        return self._finish(answers, dropped)
+        if phase.name == "evaluate":
+            return self._finish(answers, dropped)
+        return Outcome.aborted(f"no such phase in this session: {phase}")
 
     def _after_setup(self, answers, dropped):
         self.excluded.update({site: f"setup: {why}" for site, why in dropped.items()})
@@ -118,22 +122,37 @@ class TailCoordinator(CoordinatorHalf):
         self.training = sorted(s for s in answers if s not in self.held_out)
         if not self.training:
             return Outcome.aborted("no training site completed setup")
-        self.weights = initial_weights(next(iter(features.values())), self.method.params["classes"])
-        self.mechanism = self.method.mechanism(len(self.training))
+        count = next(iter(features.values()))
+        self.weights = initial_weights(count, self.method.params["classes"])
+        self.mechanism = (self.method.mechanism(len(self.training), count) if self.method.private
+                          else self.method.mechanism(len(self.training)))
         return self._round(0)
 
-    def _round(self, t: int):
+    def _sample(self, t: int) -> list[str]:
+        """Round t's clients: m of the n training sites without replacement (algorithm 3 line 2),
+        from the coordinator's seeded Generator; a fresh record for the round."""
         m = min(self.method.params["clients_per_round"], len(self.training))
         chosen = sorted(self.rng.choice(self.training, size=m, replace=False).tolist())
         for site in chosen:
             self.participation[site] = self.participation.get(site, 0) + 1
+        self.records.append({"round": t + 1, "phase": Phase("round", t), "sampled": m, "dropped": {}})
+        return chosen
+
+    def _round(self, t: int):
+        chosen = self._sample(t)
         p = self.method.params
         body = {"weights": pack_tensors({"W": self.weights}), "lr": p["lr"], "steps": p["local_steps"],
                 "weight_decay": p["weight_decay"]}
         if self.mechanism is not None:
             body["mechanism"] = self.mechanism
-        self.records.append({"round": t + 1, "phase": Phase("round", t), "sampled": m, "dropped": {}})
         return Send(Phase("round", t), {site: body for site in chosen})
+
+    def _next(self, t: int):
+        """Round t + 1, or the evaluation of the final model by the held-out sites (all sites when none)."""
+        if t + 1 < self.method.params["rounds"]:
+            return self._round(t + 1)
+        evaluated = sorted(self.held_out) if self.held_out else list(self.sites)
+        return Send("evaluate", {site: {"weights": pack_tensors({"W": self.weights})} for site in evaluated})
 
     def _valid(self, value) -> tuple[np.ndarray, float] | str:
         tensors, metrics = value.get("tensors", {}), value.get("metrics", {})
@@ -168,10 +187,7 @@ class TailCoordinator(CoordinatorHalf):
             step, info = server_step(self.mechanism, self.method.tail, numbers, updates, self.rng)
             self.weights = self.weights + step
             record.update(info)
-        if phase.round + 1 < self.method.params["rounds"]:
-            return self._round(phase.round + 1)
-        evaluated = sorted(self.held_out) if self.held_out else list(self.sites)
-        return Send("evaluate", {site: {"weights": pack_tensors({"W": self.weights})} for site in evaluated})
+        return self._next(phase.round)
 
     def _finish(self, answers, dropped):
         errors = {site: float(v["metrics"]["error"]) for site, v in answers.items()
@@ -192,7 +208,7 @@ class TailCoordinator(CoordinatorHalf):
             details.update(self._privacy_report())
         rounds = tuple({k: v for k, v in r.items() if k != "dropped"} | {"dropped": len(r["dropped"])}
                        for r in self.records)
-        return LearningRun("ok", "", details, accuracy=1.0 - summary["mean_error"],
+        return RobustTraining("ok", "", details, accuracy=1.0 - summary["mean_error"],
                            accuracy_sd=spread(errors)["sd"], rounds=rounds)
 
     def _privacy_report(self) -> dict:
@@ -202,20 +218,32 @@ class TailCoordinator(CoordinatorHalf):
 
         p, n = self.method.params, len(self.training)
         delta = self.method.target_delta(n)
-        rho = round_rho(self.mechanism)
+        rho = self.method.round_cost(self.mechanism)
         m = min(p["clients_per_round"], n)
         most = max(self.participation.values(), default=0)
-        return {"epsilon_central": rounds_epsilon(rho, p["rounds"], delta, "without_replacement", m, n),
-                "epsilon_site_max": site_account_epsilon(rho, most, delta) if most else 0.0,
+        def guarded(compute) -> float:
+            try:
+                return float(compute())
+            except (OverflowError, ValueError):  # a rho beyond the accountant's range: no finite guarantee
+                return math.inf
+
+        return {"epsilon_central": guarded(lambda: rounds_epsilon(rho, p["rounds"], delta, "without_replacement", m, n)),
+                "epsilon_site_max": guarded(lambda: site_account_epsilon(rho, most, delta)) if most else 0.0,
                 "delta": delta, "rho_round": rho, "participations_max": most,
-                **{k: v for k, v in self.mechanism.items() if k.startswith("sigma")}}
+                "noise": self.mechanism.get("noise", "central"),
+                **{k: v for k, v in self.mechanism.items() if k.startswith("sigma") or k in ("scale", "inputs")}}
 
 
 class TailSite(SiteHalf):
     """A client of appendix B.3: its examples (features then label); each round one local update
     from the global weights, its loss (clipped and binned under privacy) and the update (clipped)."""
 
-    def __init__(self, rows: np.ndarray) -> None:
+    def __init__(self, rows: np.ndarray, rng=None, site_id: str = "", method: str = "") -> None:
+        """rng: the site's noise source (the random rounding of its update under distributed
+        noise); site_id: who it is (its secure sums bind their keys to it); method: the method's
+        name (what its spends are keyed by)."""
+        from protocol.methods.tail_secagg import DistributedSite
+
         rows = np.asarray(rows, dtype=float)
         if rows.ndim != 2 or rows.shape[1] < 2 or len(rows) == 0:
             raise RequestError(f"this method needs examples data (features then label per row), the site holds "
@@ -224,6 +252,10 @@ class TailSite(SiteHalf):
         self.labels = rows[:, -1]
         self.classes = 0
         self.round = -1
+        self.site_id, self.method = site_id, method
+        self.identity = None  # the site's signing key and registry: its driver sets it
+        self.sums = DistributedSite(self, rng)
+        self.digest = None  # the method's request_digest: its class sets it
 
     def answer(self, phase, body):
         if phase.name == "setup":
@@ -238,6 +270,8 @@ class TailSite(SiteHalf):
             return {"tensors": {}, "metrics": {"features": self.X1.shape[-1] - 1, "train": len(labels)}}
         if not self.classes:
             raise RequestError(f"{phase} before setup in this session")
+        if phase.name not in ("round", "evaluate"):
+            return self.sums.answer(phase, body, lambda received: self.digest(phase, received), self.method)
         W = self._weights(body)
         if phase.name == "evaluate":
             return {"tensors": {}, "metrics": {"error": float(misclassification(W, self.X1, self.y)[0]),
@@ -245,16 +279,21 @@ class TailSite(SiteHalf):
         if phase.round <= self.round:
             raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
         self.round = phase.round
-        lr, steps, decay = body.get("lr"), body.get("steps"), body.get("weight_decay")
-        if not (isinstance(lr, float) and 0 < lr < 100 and isinstance(steps, int) and 1 <= steps <= 100
-                and isinstance(decay, (int, float)) and 0 <= decay < 1 / lr):
-            raise RequestError("a round needs lr in (0, 100), steps in 1..100 and 0 <= weight_decay < 1 / lr")
+        lr, steps, decay = self._local_config(body)
         mechanism = body.get("mechanism")
         if mechanism is not None:
             mechanism = checked(MECHANISM, mechanism, "request.mechanism")
         numbers, updates = site_step(W, self.X1, self.y, lr, steps, float(decay), mechanism)
         key, number = ("loss", float(numbers[0])) if mechanism is None else ("loss_bin", int(numbers[0]))
         return {"tensors": {"update": updates[0]}, "metrics": {key: number}}
+
+    @staticmethod
+    def _local_config(body) -> tuple[float, int, float]:
+        lr, steps, decay = body.get("lr"), body.get("steps"), body.get("weight_decay")
+        if not (isinstance(lr, float) and 0 < lr < 100 and isinstance(steps, int) and 1 <= steps <= 100
+                and isinstance(decay, (int, float)) and 0 <= decay < 1 / lr):
+            raise RequestError("a round needs lr in (0, 100), steps in 1..100 and 0 <= weight_decay < 1 / lr")
+        return lr, steps, float(decay)
 
     def _weights(self, body) -> np.ndarray:
         try:

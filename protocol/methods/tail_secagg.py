@@ -1,0 +1,326 @@
+"""DP-Δ-FL and DP-FedAvg with distributed discrete Gaussian noise under SecAgg+ (Quorum's threat
+model: no party sees a site's update or loss): paper 001 algorithm 4 with its quantile by
+algorithm 1 / 2 and its update sum by the distributed discrete Gaussian of Kairouz, Liu and
+Steinke 2021. A shared part of the Δ-FL family (protocol.methods.delta_fl): it defines no method.
+
+Each round is one or two secure sums (protocol.methods.secure_sum) over the m sampled sites:
+`loss-*` (DP-Δ-FL: each site's one-hot loss bin, as algorithm 1 / 2, c = 1 scale, N_Z(0,
+sigma_q^2) per entry), whose noisy total gives the tail's first bin and the tail's size, then
+`update-*` (each site in the tail sends its clipped update scaled by `scale` and rounded at
+random to integers, the others zeros, every site adding N_Z(0, sigma_w^2) per coordinate);
+DP-FedAvg's one sum a round is `average-*`. The server step is (sum / scale) / m^(t).
+
+Privacy of a round, each site's own check: lemma 9 (stats.ddg.ddg_concentrated_epsilon) over the
+planned number of noisy inputs, with the rounded update's sensitivities
+S2 = scale C + sqrt(d), S1 = sqrt(d) scale C + d (random rounding moves each coordinate by less
+than 1). The noise is planned for `inputs` = m - dropouts sites; a sum with fewer masked inputs
+is not unmasked (its round is skipped, and the round's record says by how much the noise fell
+short), so every released sum holds at least the planned noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.optimize import brentq
+
+from learning.tail_fl import clip_updates, histogram_length, loss_bins, tail_start_bin
+from protocol.accounting import Spend, request_key
+from protocol.codecs.tensors import pack_tensors
+from protocol.methods.base import Outcome, RequestError, Send, checked
+from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape
+from protocol.methods.tail_rounds import TailCoordinator, TailSite
+from protocol.noise import max_sigma2, site_discrete_gaussian
+from protocol.phases import Phase, PhaseStep, PhaseTable
+from protocol.secagg.protocol import Aggregate, SecAggParams
+from stats.ddg import (centred, ddg_concentrated_epsilon, estimated_cdf, hierarchical_cumulative,
+                       histogram_concentrated_epsilon, to_ring)
+
+SUMS = ("loss", "update", "average")  # loss then update (DP-Δ-FL), or average (DP-FedAvg)
+INNER = ("advertise", "share", "mask", "consistency", "unmask")
+ROUND_OPENERS = ("round", "loss-advertise", "average-advertise")
+DISTRIBUTED_MODEL = "distributed discrete Gaussian under SecAgg+"
+#: the distributed mechanism's public parameters (the site computes its cost from these alone)
+DISTRIBUTED = {"type": "map", "fields": {
+    "noise": {"type": "str", "choices": ["distributed"]},
+    "clip": {"type": "float", "gt": 0, "finite": True},
+    "tail": {"type": "float", "ge": 0, "lt": 1},
+    "loss_bound": {"type": "float", "gt": 0, "finite": True},
+    "bins": {"type": "int", "min": 2, "max": 4096},
+    "hierarchical": {"type": "bool"},
+    "scale": {"type": "float", "gt": 0, "finite": True},
+    "sigma2_update": {"type": "float", "ge": 0.25, "finite": True},
+    "histogram_scale": {"type": "int", "min": 1, "max": 1 << 20},
+    "sigma2_histogram": {"type": "float", "ge": 0.25, "finite": True},
+    "inputs": {"type": "int", "min": 1, "max": 100_000},
+    "dimension": {"type": "int", "min": 1, "max": 1 << 24},
+    "modulus_bits": {"type": "int", "min": 8, "max": 62},
+    "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
+    "rounds": {"type": "int", "min": 1},
+}}
+
+
+def tail_phase_table(rounds: int) -> PhaseTable:
+    """The family's phases: setup; each round either one `round` (trusted curator) or its secure
+    sums' phases; evaluate. Any phase may be followed by the next round's opening or by evaluate
+    (a sum that could not be unmasked skips its round)."""
+    after_any = ROUND_OPENERS + ("evaluate",)
+    steps = [PhaseStep("setup", ROUND_OPENERS), PhaseStep("round", ("round", "evaluate"), numbered=True, opens=True)]
+    for prefix in SUMS:
+        follows = {"advertise": ("share",), "share": ("mask",), "mask": ("consistency", "unmask"),
+                   "consistency": ("unmask",), "unmask": ("update-advertise",) if prefix == "loss" else ()}
+        for inner in INNER:
+            steps.append(PhaseStep(f"{prefix}-{inner}", tuple(f"{prefix}-{n}" for n in follows[inner][:2])
+                                   if inner != "unmask" else follows[inner] + after_any,
+                                   numbered=True, opens=(inner == "advertise" and prefix != "update")))
+            if inner != "unmask":
+                steps[-1] = PhaseStep(steps[-1].name, steps[-1].then + after_any, True, steps[-1].opens)
+    steps.append(PhaseStep("evaluate"))
+    return PhaseTable(*steps, rounds=rounds)
+
+
+def update_sensitivities(scale: float, clip: float, dimension: int) -> tuple[float, float]:
+    """(S2, S1) of one site's rounded, scaled, clipped update: ||round(scale x)||_2 <= scale C + sqrt(d)
+    and ||.||_1 <= sqrt(d) scale C + d, since random rounding moves each coordinate by less than 1
+    (Kairouz, Liu and Steinke 2021 bound it more tightly with conditional rounding; this bound
+    needs no condition)."""
+    return scale * clip + math.sqrt(dimension), math.sqrt(dimension) * scale * clip + dimension
+
+
+def distributed_round_rhos(mechanism: Mapping[str, Any]) -> tuple[float, float]:
+    """(rho of the loss sum, rho of the update sum) of one round over `inputs` noisy inputs:
+    lemma 9 / theorems 1-2 (paper 001), rho = eps^2 / 2; the loss sum costs nothing when tail = 0."""
+    inputs, d = mechanism["inputs"], mechanism["dimension"]
+    s2, s1 = update_sensitivities(mechanism["scale"], mechanism["clip"], d)
+    rho_update = ddg_concentrated_epsilon(s2, inputs, mechanism["sigma2_update"], d, l1_sensitivity=s1) ** 2 / 2
+    rho_loss = 0.0
+    if mechanism["tail"] > 0:
+        rho_loss = histogram_concentrated_epsilon(mechanism["histogram_scale"], inputs, mechanism["sigma2_histogram"],
+                                                  mechanism["bins"], mechanism["hierarchical"]) ** 2 / 2
+    return rho_loss, rho_update
+
+
+def sigma2_for_rho(rho: float, rho_of_sigma2) -> float:
+    """The per-site sigma^2 at which a DDG sum costs `rho` (rho_of_sigma2 falls as sigma^2 grows),
+    by Brent's method on log sigma^2 from lemma 9's smallest sigma^2 = 1/4."""
+    lo, hi = math.log(0.25), math.log(0.25)
+    if rho_of_sigma2(0.25) <= rho:
+        return 0.25
+    while rho_of_sigma2(math.exp(hi)) > rho:
+        hi += math.log(10.0)
+        if hi > math.log(max_sigma2()):
+            raise ValueError(f"no sigma^2 within the sampler's range gives rho {rho:g}")
+    return math.exp(brentq(lambda x: rho_of_sigma2(math.exp(x)) - rho, lo, hi, xtol=1e-12)) * (1 + 1e-9)
+
+
+def plan_distributed(rho_update: float, rho_quantile: float, *, clip: float, tail: float, loss_bound: float,
+                     bins: int, hierarchical: bool, dimension: int, sample: int, population: int, rounds: int,
+                     dropouts: int, granularity: float) -> dict:
+    """The distributed mechanism meeting the per-round budget the calibration split (stats.rounds_privacy
+    .sigma_for_epsilon's rho_update and rho_quantile) over `inputs` = sample - dropouts noisy inputs:
+    the update scaled so that C maps to `granularity` units, sigma_w^2 solved from lemma 9; the loss
+    histogram at c = 1 (or the smallest c that keeps sigma_q^2 >= 1), sigma_q^2 likewise; the ring wide
+    enough for the sum of every site's largest entry and 12 standard deviations of the noise."""
+    inputs = max(1, sample - dropouts)
+    scale = granularity / clip
+    s2, s1 = update_sensitivities(scale, clip, dimension)
+    sigma2_update = sigma2_for_rho(rho_update, lambda v: ddg_concentrated_epsilon(s2, inputs, v, dimension, s1) ** 2 / 2)
+    c, sigma2_hist = 1, 0.25
+    if tail > 0:
+        def rho_hist(c_, v):
+            return histogram_concentrated_epsilon(c_, inputs, v, bins, hierarchical) ** 2 / 2
+        sigma2_hist = sigma2_for_rho(rho_quantile, lambda v: rho_hist(1, v))
+        while sigma2_hist < 1.0 and c < (1 << 20):
+            c *= 2
+            sigma2_hist = sigma2_for_rho(rho_quantile, lambda v: rho_hist(c, v))
+    largest = max(sample * (scale * clip + 1), sample * c) + 12 * math.sqrt(sample * max(sigma2_update, sigma2_hist))
+    bits = min(62, max(16, math.ceil(math.log2(2 * largest + 1)) + 1))
+    return {"noise": "distributed", "clip": float(clip), "tail": float(tail), "loss_bound": float(loss_bound),
+            "bins": int(bins), "hierarchical": bool(hierarchical), "scale": float(scale),
+            "sigma2_update": float(sigma2_update), "histogram_scale": int(c), "sigma2_histogram": float(sigma2_hist),
+            "inputs": int(inputs), "dimension": int(dimension), "modulus_bits": int(bits), "sample": int(sample),
+            "population": int(population), "rounds": int(rounds)}
+
+
+def distributed_spend(phase_name: str, public: Mapping[str, Any], method: str) -> Spend:
+    """What a site books for one of a round's secure sums, computed from the request it received."""
+    mechanism = checked(DISTRIBUTED, public.get("mechanism") if isinstance(public, Mapping) else None,
+                        "advertise request.method.mechanism")
+    rho_loss, rho_update = distributed_round_rhos(mechanism)
+    rho = rho_loss if phase_name.startswith("loss-") else rho_update
+    return Spend("zcdp", rho=rho, model=f"{DISTRIBUTED_MODEL} over {mechanism['inputs']} inputs",
+                 contributors=mechanism["inputs"], sampling="without_replacement", sample=mechanism["sample"],
+                 population=mechanism["population"], rounds=mechanism["rounds"],
+                 key=request_key(method, phase_name.split("-")[0], mechanism))
+
+
+def randomly_rounded(values: np.ndarray, noise) -> np.ndarray:
+    """Each value rounded down or up at random, up with probability its fractional part (unbiased;
+    Kairouz, Liu and Steinke 2021 section 4), the coins from the site's noise source."""
+    floor = np.floor(values)
+    return (floor + (noise.random(values.size).reshape(values.shape) < values - floor)).astype(np.int64)
+
+
+class DistributedCoordinator(TailCoordinator):
+    """The rounds as secure sums: the loss sum's noisy total gives the tail, the update sum's the
+    step; a sum that cannot be unmasked skips its round (named in the round's record); a lie a site
+    catches ends the training."""
+
+    def _round(self, t: int):
+        chosen = self._sample(t)
+        first = "loss" if self.mechanism["tail"] > 0 else "average"
+        self.round_state = {"t": t, "chosen": chosen}
+        return self._open(first, t, chosen, {})
+
+    def _open(self, prefix: str, t: int, chosen: list[str], extra: dict):
+        mech = self.mechanism
+        length = (histogram_length(mech["bins"], mech["hierarchical"]) if prefix == "loss"
+                  else self.weights.size)
+        m = len(chosen)
+        if m < 2:
+            return self._skip(t, f"{m} site(s) sampled: a secure sum needs 2")
+        degree, threshold = graph_shape(self.method.secagg, m)
+        params = SecAggParams(mech["modulus_bits"], length, degree, threshold, m, self.method.secagg["mode"])
+        p = self.method.params
+        public = {"mechanism": mech, "weights": pack_tensors({"W": self.weights}), "lr": p["lr"],
+                  "steps": p["local_steps"], "weight_decay": p["weight_decay"], **extra}
+        phase = Phase(f"{prefix}-advertise", t)
+        self.sum_prefix = prefix
+        self.sum = SecureSumCoordinator(params, chosen, self.rng, public,
+                                        lambda aggregate: self._summed(prefix, t, aggregate),
+                                        lambda inputs: self._short(inputs),
+                                        digest=lambda body: self.method.request_digest(phase, body))
+        return self._wrap(self.sum.start(), t)
+
+    def _wrap(self, step, t: int):
+        if isinstance(step, Send) and not isinstance(step.phase, Phase) and step.phase in INNER:
+            return Send(Phase(f"{self.sum_prefix}-{step.phase}", t), step.requests, step.minimum)
+        return step
+
+    def _short(self, inputs: int) -> str | None:
+        planned = self.mechanism["inputs"]
+        if inputs >= planned:
+            return None
+        return (f"noise shortfall: {inputs} masked inputs where the noise was planned for {planned}: the sum would "
+                f"hold {inputs}/{planned} of the planned noise variance")
+
+    def advance(self, phase, answers, dropped):
+        if phase.name.split("-")[0] in SUMS:
+            return self._wrap(self.sum.advance(phase.name.split("-", 1)[1], answers, dropped), phase.round)
+        return super().advance(phase, answers, dropped)
+
+    def _summed(self, prefix: str, t: int, aggregate: Aggregate):
+        record = self.records[-1]
+        record["dropped"].update({s: why for s, why in aggregate.dropped.items()}
+                                 if isinstance(aggregate.dropped, dict) else {})
+        if not aggregate.ok:
+            if "caught lying" in (aggregate.reason or ""):
+                return Outcome.aborted(f"round {t + 1}, {prefix} sum: {aggregate.reason}")
+            return self._skip(t, f"{prefix} sum: {aggregate.reason}")
+        mech = self.mechanism
+        total = centred(aggregate.total, mech["modulus_bits"]).astype(np.float64)
+        if prefix == "loss":
+            counts = total / mech["histogram_scale"]
+            if mech["hierarchical"]:
+                cumulative = hierarchical_cumulative(counts, mech["bins"])
+                cdf = cumulative / cumulative[-1] if cumulative[-1] > 0 else np.full(mech["bins"], np.nan)
+                start = tail_start_bin(cdf, mech["tail"])
+                tail_count = cumulative[-1] - (cumulative[start - 1] if start > 0 else 0.0)
+            else:
+                start = tail_start_bin(estimated_cdf(counts, "estimated"), mech["tail"])
+                tail_count = counts[start:].sum()
+            # m^(t), estimated from the noisy histogram (no extra release), kept within [1, the inputs summed]
+            tail_count = min(max(1.0, float(tail_count)), float(len(aggregate.included)))
+            record.update({"tail_bin": start, "tail": tail_count})
+            self.round_state.update(tail_bin=start, tail_count=tail_count)
+            return self._open("update", t, self.round_state["chosen"], {"tail_bin": start})
+        count = self.round_state.get("tail_count", float(len(aggregate.included)))
+        if prefix == "average":
+            record["tail"] = len(aggregate.included)
+        self.weights = self.weights + (total / mech["scale"]).reshape(self.weights.shape) / count
+        record["answered"] = len(aggregate.included)
+        return self._next(t)
+
+    def _skip(self, t: int, why: str):
+        self.records[-1]["skipped"] = why
+        return self._next(t)
+
+
+class DistributedSite:
+    """A TailSite's secure sums: at each sum's advertise the site computes (once a round, from the
+    weights in the request) its loss bin and clipped update, checks the mechanism and makes its
+    secure-sum half, whose input vector is its noisy histogram or its noisy, rounded update."""
+
+    def __init__(self, site: TailSite, noise) -> None:
+        self.site, self.noise = site, noise
+        self.half: SecureSumSite | None = None
+        self.round = -1
+        self.computed: tuple[int, np.ndarray] | None = None
+
+    def answer(self, phase: Phase, body, digest, method: str):
+        prefix, inner = phase.name.split("-", 1)
+        if inner == "advertise":
+            if not isinstance(body, dict) or not isinstance(body.get("method"), dict):
+                raise RequestError("advertise needs {params, nonce, method}")
+            public = body["method"]
+            mechanism = checked(DISTRIBUTED, public.get("mechanism"), "advertise request.method.mechanism")
+            if prefix != "update":
+                if phase.round <= self.round:
+                    raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
+                self.round, self.computed = phase.round, None
+            elif phase.round != self.round or self.computed is None:
+                raise RequestError(f"{phase} without this round's loss sum")
+            if self.computed is None:
+                self.computed = self._compute(public, mechanism)
+            vector = self._histogram if prefix == "loss" else self._update
+            self.half = SecureSumSite(self.site.site_id, lambda pub, params: vector(mechanism, pub, params),
+                                      lambda pub: distributed_spend(phase.name, pub, method), digest,
+                                      self.site.identity)
+        elif self.half is None or phase.round != self.round:
+            raise RequestError(f"{phase} before its advertise")
+        return self.half.answer(inner, body)
+
+    def _compute(self, public, mechanism) -> tuple[int, np.ndarray]:
+        W = self.site._weights(public)
+        lr, steps, decay = self.site._local_config(public)
+        from protocol.methods.tail_rounds import site_step
+
+        _, updates = site_step(W, self.site.X1, self.site.y, lr, steps, decay, None)
+        from learning.tail_fl import client_losses
+
+        loss = client_losses(W, self.site.X1, self.site.y)
+        return int(loss_bins(loss, mechanism["loss_bound"], mechanism["bins"])[0]), clip_updates(updates, mechanism["clip"])[0]
+
+    def _histogram(self, mechanism, public, params: SecAggParams) -> np.ndarray:
+        """Algorithm 1 / 2 lines 1-2: the one-hot (or dyadic) histogram of the loss bin, scaled by c,
+        plus N_Z(0, sigma_q^2) per entry, mod M."""
+        from stats.ddg import hierarchical_from_flat
+
+        flat = np.zeros(mechanism["bins"], dtype=np.int64)
+        flat[self.computed[0]] = 1
+        counts = hierarchical_from_flat(flat) if mechanism["hierarchical"] else flat
+        noise = site_discrete_gaussian(self.noise, mechanism["sigma2_histogram"], counts.size)
+        return to_ring(mechanism["histogram_scale"] * counts + noise, params.modulus_bits)
+
+    def _update(self, mechanism, public, params: SecAggParams) -> np.ndarray:
+        """Algorithm 4 line 10 under distributed noise: the clipped update, if this site's loss bin is
+        in the tail (every site under DP-FedAvg), scaled and randomly rounded; plus N_Z(0, sigma_w^2)
+        per coordinate, mod M."""
+        start = public.get("tail_bin", 0)
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < mechanism["bins"]:
+            raise RequestError(f"tail_bin must be a bin index, got {start!r}")
+        update = self.computed[1].ravel()
+        mine = randomly_rounded(mechanism["scale"] * update, self.noise) if self.computed[0] >= start \
+            else np.zeros(update.size, dtype=np.int64)
+        if mine.size != params.length:
+            raise RequestError(f"my update has {mine.size} entries, the sum expects {params.length}")
+        return to_ring(mine + site_discrete_gaussian(self.noise, mechanism["sigma2_update"], mine.size),
+                       params.modulus_bits)
+
+
+def distributed_release_shape(phase, body):
+    """A sum's advertise request is one question for every site (its whole body); its later phases
+    ask nothing the advertise did not fix."""
+    return advertise_shape(body) if str(getattr(phase, "name", phase)).endswith("-advertise") else None
