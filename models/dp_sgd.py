@@ -30,9 +30,10 @@ Where the noise comes from. `noise: os` (the default): Opacus's noise and its Po
 draw from torch generators seeded with 64 bits from the OS (os.urandom), never from the
 scenario's seed, so nobody who knows the scenario can replay them; with the floating-point
 mitigation of Opacus's secure mode (every noise draw the sum of four Gaussians, halved: Opacus's
-_generate_noise). Opacus's full secure_mode needs torchcsprng, whose last release (0.2.1, 2021)
-was built for torch 1.8 and has no build for torch 2.13 or Python 3.11; without it the
-generator is torch's (Philox on CUDA, Mersenne Twister on the CPU), not a CSPRNG.
+_generate_noise). Opacus's full secure_mode needs torchcsprng, which cannot be installed here; so the
+generator is torch's (Philox on CUDA, Mersenne Twister on the CPU), not a CSPRNG. (torchcsprng's
+last release, 0.2.1 of 2021, was built for torch 1.8; the package registry offers no version of
+it for this Python 3.11, and torch 2.13 stays pinned.)
 `noise: seeded`: both generators seeded from the trial's rng: the model replays exactly, as a
 site host rebuilding the trial from the seed needs (runtime.launcher.kind: ray), and the
 outputs say the training noise is not private.
@@ -73,8 +74,10 @@ def noise_multiplier(epsilon: float, delta: float, sample_rate: float, epochs: i
     at `sample_rate` (steps = epochs / sample_rate)."""
     from opacus.accountants.utils import get_noise_multiplier
 
-    return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
-                                      epochs=epochs, accountant=accountant))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the RDP analysis's "optimal order is the largest alpha"
+        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                          epochs=epochs, accountant=accountant))
 
 
 def spent_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
@@ -84,7 +87,9 @@ def spent_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, ac
 
     account = create_accountant(mechanism=accountant)
     account.history = [(sigma, sample_rate, steps)]
-    return float(account.get_epsilon(delta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(account.get_epsilon(delta))
 
 
 def _generators(noise: str, device: str, rng: np.random.Generator):
@@ -146,7 +151,9 @@ def train_dp_sgd(net, X: np.ndarray, Y: np.ndarray, loss_fn, rng: np.random.Gene
     optimizer.zero_grad(set_to_none=True)
     module.remove_hooks()  # the network goes back to being a plain one (scored, pickled, sent to sites)
     module.eval()
-    spent = float(engine.get_epsilon(spec["delta"])) if sigma > 0 else float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spent = float(engine.get_epsilon(spec["delta"])) if sigma > 0 else float("inf")
     record = {
         "training": "DP-SGD", "library": f"opacus {opacus_version()}", "epsilon": spent,
         "target_epsilon": float(spec["epsilon"]), "delta": float(spec["delta"]), "noise_multiplier": float(sigma),
