@@ -35,8 +35,11 @@ bench: $(VENV)/.installed
 	$(PY) bench/secagg_sum.py
 	$(PY) bench/paper004_quantiles.py
 
+# paper 001 figure 2, all eight panels (4 estimators, epsilon 1..20, 100 runs) and the gap analysis
+# (about 10 min here; add ARGS=--quick for 10 runs, about a minute): runs/paper001-fig2/fig2.{json,png},
+# bench/results/paper001_fig2.json
 paper001-fig2: $(VENV)/.installed
-	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2
+	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2 --results bench/results/paper001_fig2.json $(ARGS)
 
 # paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
 # (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
