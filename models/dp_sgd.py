@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
@@ -69,9 +70,12 @@ def opacus_version() -> str:
         return "unknown"
 
 
+@lru_cache(maxsize=64)
 def noise_multiplier(epsilon: float, delta: float, sample_rate: float, epochs: int, accountant: str) -> float:
     """The noise multiplier Opacus's accountant gives for (epsilon, delta) after `epochs` epochs
-    at `sample_rate` (steps = epochs / sample_rate)."""
+    at `sample_rate` (steps = epochs / sample_rate): its search keeps the epsilon spent within
+    0.01 under the target. Kept per process (the PRV search takes seconds; every trial of a run
+    asks the same question)."""
     from opacus.accountants.utils import get_noise_multiplier
 
     with warnings.catch_warnings():
@@ -176,11 +180,16 @@ def describe(record: dict | None) -> str:
     return text
 
 
-def model_summary(kind: str, records: list[dict | None]) -> dict:
+def model_summary(kind: str, records: list[dict | None], dp_sgd: dict | None = None) -> dict:
     """summary.json's `model`: its kind and how it was trained; with DP-SGD the (epsilon, delta)
     of the trials' models (the largest epsilon Opacus's accountant reports over the trials: each
     trial trains a fresh model on its own training split), with the noise multiplier and steps."""
     private = [r for r in records if r]
+    if not private and dp_sgd:  # a resumed run whose trials were all done before: nothing trained now
+        return {"kind": kind, "training": "DP-SGD", "epsilon": None, "delta": dp_sgd["delta"],
+                "target_epsilon": dp_sgd["epsilon"], "noise": dp_sgd["noise"], "trials": 0,
+                "note": "no model was trained in this invocation (a resumed run): epsilon is the trials' own, "
+                        "not recorded here; target_epsilon is the scenario's"}
     if not private:
         return {"kind": kind, "training": "non-private", "epsilon": None, "delta": None}
     worst = max(private, key=lambda r: r["epsilon"])
@@ -197,6 +206,9 @@ def model_summary(kind: str, records: list[dict | None]) -> dict:
 
 def model_line(model: dict, calibration: str) -> str:
     """The terminal's line on the model's privacy beside the calibration's."""
+    if model.get("training") == "DP-SGD" and model.get("epsilon") is None:
+        return (f"model: DP-SGD (target epsilon {model['target_epsilon']:g}, delta {model['delta']:g}; "
+                f"not trained in this invocation); calibration: {calibration}")
     text = f"model: {describe(model)}" if model.get("training") == "DP-SGD" else "model: non-private"
     if model.get("training") == "DP-SGD":
         text += (f", noise multiplier {model['noise_multiplier']:.4g}, {model['steps']} steps, clip {model['clip']:g}, "

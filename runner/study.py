@@ -160,7 +160,7 @@ class Study:
             "seconds": round(time.time() - self.started, 3), "methods": summarize(rundir.read_results()),
             "communication": communication(ledger), "events": self.events.counts,
             "privacy": privacy_summary(spent, budget, seeded=run.seeded_noise),
-            "model": {**model_summary(run.world.model["kind"], self.model_training),
+            "model": {**model_summary(run.world.model["kind"], self.model_training, run.world.model.get("dp_sgd")),
                       "calibration": [{"method": label, "epsilon": method.privacy["epsilon"],
                                        "privacy": method.privacy["model"]} for label, method in run.methods]},
             "placement": getattr(self.federation, "placed", None),
