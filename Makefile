@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench paper001-fig2 paper002 paper004 paper003-fig3 clean
+.PHONY: demo test test-all bench paper001-fig2 paper001-fig3 paper002 paper004 paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -40,6 +40,13 @@ bench: $(VENV)/.installed
 # bench/results/paper001_fig2.json
 paper001-fig2: $(VENV)/.installed
 	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2 --results bench/results/paper001_fig2.json $(ARGS)
+
+# paper 001 figure 3 (section 5, appendix B.3): FedAvg, Δ-FL, DP-FedAvg and DP-Δ-FL (flat and
+# hierarchical) at epsilon 3..20, tuned on the validation clients, 5 runs each, by the fast
+# in-process path (numpy on one thread a job; add ARGS=--quick for a few minutes):
+# bench/results/paper001_fig3.{json,png}, docs/private-training.md
+paper001-fig3: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/paper001_fig3.py --jobs 2 $(ARGS)
 
 # paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
 # (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json

@@ -45,6 +45,7 @@ import argparse
 import copy
 import itertools
 import json
+import logging
 import math
 import os
 import sys
@@ -54,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's notes on orders it drops
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learning.tail_fl import error_summary, initial_weights, misclassification, with_intercept  # noqa: E402
@@ -158,11 +160,36 @@ class FastWorld:
 
 # -- one run ---------------------------------------------------------------------------------
 
-def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, seeded: bool = True) -> dict:
+def poisson_mechanism(method, mechanism: dict, population: int) -> tuple[dict, float]:
+    """A counterfactual (not Quorum's guarantee): the method's mechanism with its noise planned
+    as if the m-of-n sample were Poisson sampling at rate m / n with one client added or removed,
+    the reading of section 5's "amplification by subsampling using the bounds of [27]" (Zhu and
+    Wang 2019 bound Poisson sampling). Quorum's method plans sampling without replacement, whose
+    amplification (WBK19) is for a client replaced: a round costs 4 rho there. Returns (the
+    mechanism with sigma and sigma_q replaced, the Poisson-accounted central epsilon)."""
+    from protocol.methods.tail_rounds import histogram_sensitivity2
+    from stats.rounds_privacy import rounds_epsilon, sigma_for_epsilon
+
+    p = method.params
+    ratio = p.get("quantile_ratio", 0.0) if method.tail > 0 else 0.0
+    m = min(p["clients_per_round"], population)
+    delta = method.target_delta(population)
+    plan = sigma_for_epsilon(p["epsilon"], delta, p["rounds"], p["clip"], m, population, sampling="poisson",
+                             quantile_ratio=ratio)
+    out = dict(mechanism, sigma_update=float(plan["sigma"]))
+    if ratio > 0:
+        out["sigma_histogram"] = math.sqrt(histogram_sensitivity2(mechanism["bins"], mechanism["hierarchical"])
+                                           / (2.0 * plan["rho_quantile"]))
+    return out, rounds_epsilon(round_rho(out), p["rounds"], delta, "poisson", m, population)
+
+
+def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, seeded: bool = True,
+             accounting: str = "method") -> dict:
     """One session of `method` (scenario index `index`) on `world`, as the live runtime runs it
     (TailCoordinator's draws, site_step and server_step), every sampled client at once. rounds:
     fewer than the method's (tuning), or None. Returns the test and validation clients' error
-    summaries and, for a private method, its mechanism and privacy figures."""
+    summaries and, for a private method, its mechanism and privacy figures. accounting "poisson":
+    the counterfactual noise of poisson_mechanism (not the live runtime's)."""
     start = time.perf_counter()
     p = method.params
     rounds = p["rounds"] if rounds is None else rounds
@@ -175,6 +202,9 @@ def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, se
     if mechanism is not None and "sigma_update" not in mechanism:
         raise ValueError(f"{method.name}: the fast path runs the trusted curator's central noise (noise: central), "
                          f"not noise: {method.params.get('noise')}")
+    poisson_epsilon = None
+    if mechanism is not None and accounting == "poisson":
+        mechanism, poisson_epsilon = poisson_mechanism(method, mechanism, n)
     m = min(p["clients_per_round"], n)
     participation = np.zeros(n, dtype=np.int64)
     tails = []
@@ -204,6 +234,8 @@ def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, se
                     "epsilon_central": rounds_epsilon(rho, p["rounds"], delta, "without_replacement", m, n),
                     "epsilon_site_max": site_account_epsilon(rho, most, delta) if most else 0.0,
                     "participations_max": most})
+        if poisson_epsilon is not None:
+            out.update({"accounting": "poisson (counterfactual)", "epsilon_central_poisson": poisson_epsilon})
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -219,7 +251,7 @@ def _task(task: tuple) -> tuple:
     key, trial, label, params, rounds = task
     index, base = _CONTEXT["methods"][label]
     method = METHODS[base.name](_CONTEXT["alpha"], **{**base.params, **params})
-    return key, run_fast(_WORLDS[trial], method, index, rounds)
+    return key, run_fast(_WORLDS[trial], method, index, rounds, accounting=_CONTEXT["accounting"])
 
 
 def run_tasks(tasks: list[tuple], jobs: int, progress: str = "") -> dict:
@@ -326,7 +358,7 @@ def study(args) -> dict:
     missing = [label for label in LABELS if label not in methods]
     if missing:
         raise SystemExit(f"{args.scenario} lacks the methods {missing}")
-    _CONTEXT.update({"methods": methods, "alpha": scenario["alpha"]})
+    _CONTEXT.update({"methods": methods, "alpha": scenario["alpha"], "accounting": args.accounting})
     timings = {}
     started = time.perf_counter()
     for trial in range(args.runs):
@@ -334,7 +366,13 @@ def study(args) -> dict:
     timings["build_worlds_s"] = time.perf_counter() - started
     print(f"{args.runs} worlds ({len(_WORLDS[0].sites)} sites) in {timings['build_worlds_s']:.1f} s", flush=True)
     started = time.perf_counter()
-    tuning, chosen, count = tune(args)
+    if args.tuned_from:
+        previous = json.loads(Path(args.tuned_from).read_text())["summary"]
+        tuning, count = {"tuned_from": args.tuned_from}, 0
+        chosen = {f"{label}@{eps:g}": previous[f"{label}@{eps:g}"]["tuned"] for label in PRIVATE
+                  for eps in args.epsilons}
+    else:
+        tuning, chosen, count = tune(args)
     timings["tuning_s"] = time.perf_counter() - started
     timings["tuning_runs"] = count
     tasks = []
@@ -366,6 +404,8 @@ def study(args) -> dict:
                                  "rho_round": r0["rho_round"], "epsilon_central": r0["epsilon_central"],
                                  "epsilon_site_max": max(r["epsilon_site_max"] for r in private),
                                  "delta": r0["delta"], "tuned": chosen[key]})
+            if "epsilon_central_poisson" in r0:
+                summary[key]["epsilon_central_poisson"] = r0["epsilon_central_poisson"]
     return {"setting": {"scenario": str(Path(args.scenario).resolve().relative_to(ROOT)),
                         "sites": len(_WORLDS[0].sites), "training": int(len(_WORLDS[0].roles(
                             methods["fedavg"][1].params["held_out"], methods["fedavg"][1].params["validation"])[0])),
@@ -373,7 +413,8 @@ def study(args) -> dict:
                         "tune_runs": 1, "grid": args.grid,
                         "grid_values": GRIDS["paper" if args.grid == "descent" else args.grid], "epsilons": list(args.epsilons),
                         "tail": methods["delta_fl"][1].tail, "noise": "seeded (replayable simulation)",
-                        "quick": bool(args.quick)},
+                        "quick": bool(args.quick), "accounting": args.accounting,
+                        "tuned_from": args.tuned_from},
             "timings": timings, "summary": summary, "tuning": tuning, "runs": runs,
             "claims": claims(summary, args.epsilons), "paper": PAPER}
 
@@ -398,6 +439,57 @@ def claims(summary: dict, epsilons) -> dict:
                                          "within_one_sd": abs(flat["p90_pct"] - hier["p90_pct"])
                                          <= max(flat["p90_sd"], hier["p90_sd"])}
     return out
+
+
+def docs_table(result: dict) -> str:
+    """docs/private-training.md's tables of figure 3 (tests/test_paper001_fig3.py keeps the docs
+    equal to the committed JSON): per epsilon and method the test clients' 90th percentile and
+    mean error (mean ± sd over runs, percent), the tuned hyperparameters and the mechanism; then
+    section 5's claims beside ours."""
+    summary, setting = result["summary"], result["setting"]
+    lines = [f"Test clients' errors in percent, mean ± sd over {setting['runs']} runs "
+             f"({setting['sites']} sites, {setting['training']} training, {setting['rounds']} rounds):", "",
+             "| epsilon | method | p90 error | mean error | C | B | b | r | sigma (sum) | sigma_q | rho / round "
+             "| epsilon central | epsilon site max |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = {"fedavg": "FedAvg", "delta_fl": "Δ-FL", "dp_fedavg": "DP-FedAvg", "dp_delta_fl_flat": "DP-Δ-FL flat",
+             "dp_delta_fl_hier": "DP-Δ-FL hierarchical"}
+
+    def cell(s, metric):
+        return f"{s[metric + '_pct']:.2f} ± {s[metric + '_sd']:.2f}"
+
+    for label in ("fedavg", "delta_fl"):
+        s = summary[label]
+        lines.append(f"| none | {names[label]} | {cell(s, 'p90')} | {cell(s, 'mean')} | | | | | | | | | |")
+    for eps in setting["epsilons"]:
+        for label in PRIVATE:
+            s = summary[f"{label}@{eps:g}"]
+            t = s["tuned"]
+            quantile = label != "dp_fedavg"
+            lines.append(
+                f"| {eps:g} | {names[label]} | {cell(s, 'p90')} | {cell(s, 'mean')} | {t['clip']:g} | "
+                + (f"{t['loss_bound']:g} | {t['bins']} | {t['quantile_ratio']:g} | " if quantile else "| | | ")
+                + f"{s['sigma_update']:.3f} | " + (f"{s['sigma_histogram']:.3f}" if quantile else "")
+                + f" | {s['rho_round']:.5f} | {s['epsilon_central']:.3f} | {s['epsilon_site_max']:.2f} |")
+    claims_ = result["claims"]
+    lines += ["", "Section 5's statements (percentage points) against ours (flat / hierarchical histogram):", "",
+              "| epsilon | p90: DP-FedAvg minus DP-Δ-FL | p90: DP-Δ-FL minus Δ-FL | p90: DP-Δ-FL below FedAvg "
+              "| mean: DP-Δ-FL minus DP-FedAvg | p90: flat minus hierarchical |",
+              "|---|---|---|---|---|---|"]
+    for eps in setting["epsilons"]:
+        f, h = claims_[f"flat@{eps:g}"], claims_[f"hier@{eps:g}"]
+        yes = {True: "yes", False: "no"}
+        lines.append(
+            f"| {eps:g} | {f['p90_gap_dp_fedavg_minus_dp_delta_fl']:+.2f} / {h['p90_gap_dp_fedavg_minus_dp_delta_fl']:+.2f} "
+            f"| {f['dp_delta_fl_p90_minus_delta_fl']:+.2f} / {h['dp_delta_fl_p90_minus_delta_fl']:+.2f} "
+            f"| {yes[f['dp_delta_fl_p90_below_fedavg']]} / {yes[h['dp_delta_fl_p90_below_fedavg']]} "
+            f"| {f['mean_gap_dp_delta_fl_minus_dp_fedavg']:+.2f} / {h['mean_gap_dp_delta_fl_minus_dp_fedavg']:+.2f} "
+            f"| {claims_[f'flat_vs_hier@{eps:g}']['p90_diff']:+.2f} |")
+    lines += ["", f"Without privacy: Δ-FL's mean error minus FedAvg's {claims_['mean_gap_nonprivate']:+.2f} "
+              f"(paper: 0.24), FedAvg's p90 error minus Δ-FL's {claims_['p90_gap_nonprivate']:+.2f}.",
+              "Paper, at epsilon 5: DP-FedAvg minus DP-Δ-FL 4.3 (p90); DP-Δ-FL within 1 of Δ-FL (p90); DP-Δ-FL "
+              "below FedAvg (p90); DP-Δ-FL within 0.2-0.4 of DP-FedAvg (mean, every epsilon)."]
+    return "\n".join(lines)
 
 
 def plot(result: dict, path: Path) -> None:
@@ -430,6 +522,56 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def live(args) -> dict:
+    """One configuration through the live runtime at full scale (runner.study.run_study over
+    fig3.yaml, trial 0, seeded noise), timed, and the fast path's run of the same session."""
+    from runner.outputs import RunDirectory
+    from runner.study import run_study
+
+    label, eps = args.live_method, args.live_epsilon
+    raw = load_scenario(args.scenario, {"sites.policy.noise": "seeded", "trials": 1})
+    entry = dict(next(m for m in raw["methods"] if m.get("label", m["name"]) == label))
+    tuned_from = None
+    if RESULTS.exists() and label in PRIVATE:
+        summary = json.loads(RESULTS.read_text())["summary"].get(f"{label}@{eps:g}")
+        if summary:
+            entry.update(summary["tuned"])
+            tuned_from = str(RESULTS.relative_to(ROOT))
+    if label in PRIVATE:
+        entry["epsilon"] = eps
+    if args.live_rounds:
+        entry["rounds"] = args.live_rounds
+    raw["methods"] = [entry]
+    if args.backend == "processes" and args.sites_per_process:
+        raw.setdefault("runtime", {}).setdefault("placement", {})["sites_per_process"] = args.sites_per_process
+    out = Path(args.live_out)
+    started = time.perf_counter()
+    run_study(copy.deepcopy(raw), out, backend=args.backend)
+    live_s = time.perf_counter() - started
+    row = RunDirectory(out).read_results()[0]
+    details = row["details"] if isinstance(row["details"], dict) else json.loads(row["details"])
+    spec, validated = world_spec(raw)
+    started = time.perf_counter()
+    world = FastWorld.build(spec, 0)
+    build_s = time.perf_counter() - started
+    index, method = methods_of(raw, validated["alpha"])[label]
+    fast = run_fast(world, method, index)
+    keys = ("mean_error", "p90_error")
+    compared = {"live": {k: details[k] for k in keys}, "fast": fast["test"],
+                "live_validation": {k: details.get(f"validation_{k}") for k in keys},
+                "fast_validation": fast["validation"],
+                "equal": all(abs(details[k] - fast["test"][k]) <= 1e-9 for k in keys)
+                and all(abs(details[f"validation_{k}"] - fast["validation"][k]) <= 1e-9 for k in keys)}
+    for k in ("epsilon_central", "epsilon_site_max", "rho_round", "sigma_update", "sigma_histogram"):
+        if k in details:
+            compared.setdefault("privacy_live", {})[k] = details[k]
+            compared.setdefault("privacy_fast", {})[k] = fast.get(k, fast.get("mechanism", {}).get(k))
+    return {"method": entry, "tuned_from": tuned_from, "backend": args.backend, "sites": len(world.sites),
+            "rounds": method.params["rounds"], "trial": 0, "noise": "seeded",
+            "live_run_s": live_s, "fast_world_s": build_s, "fast_run_s": fast["seconds"],
+            "live_status": row["status"], **compared}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scenario", default=str(SCENARIO))
@@ -442,11 +584,34 @@ def main(argv=None) -> int:
     parser.add_argument("--grid", choices=sorted(GRIDS) + ["descent"], default="descent")
     parser.add_argument("--results", default=None)
     parser.add_argument("--figure", default=None)
+    parser.add_argument("--accounting", choices=["method", "poisson"], default="method",
+                        help="poisson: the counterfactual noise of poisson_mechanism")
+    parser.add_argument("--tuned-from", default=None, help="take the tuned hyperparameters from this results JSON")
+    parser.add_argument("--table", action="store_true", help="print the docs' tables from --results and stop")
+    parser.add_argument("--live", action="store_true", help="one configuration through the live runtime")
+    parser.add_argument("--live-method", default="dp_delta_fl_flat", choices=LABELS)
+    parser.add_argument("--live-epsilon", type=float, default=5.0)
+    parser.add_argument("--live-rounds", type=int, default=0, help="0: the scenario's")
+    parser.add_argument("--backend", choices=["inprocess", "processes"], default="inprocess")
+    parser.add_argument("--sites-per-process", type=int, default=0)
+    parser.add_argument("--live-out", default="runs/paper001-fig3-live")
     args = parser.parse_args(argv)
+    if args.table:
+        print(docs_table(json.loads(Path(args.results or RESULTS).read_text())))
+        return 0
+    if args.live:
+        result = live(args)
+        name = f"paper001_fig3_live_{args.backend}.json"
+        path = Path(args.results) if args.results else RESULTS.with_name(name)
+        previous = json.loads(path.read_text()) if path.exists() else []
+        previous = previous if isinstance(previous, list) else [previous]
+        path.write_text(json.dumps(previous + [result], indent=1, default=float) + "\n")
+        print(json.dumps(result, indent=1, default=float))
+        return 0 if result["equal"] else 1
     if args.quick:
         args.grid, args.tune_rounds, args.runs, args.epsilons = "coarse", 200, 2, [5.0, 20.0]
-    results = Path(args.results) if args.results else (
-        RESULTS.with_name("paper001_fig3_quick.json") if args.quick else RESULTS)
+    suffix = ("_quick" if args.quick else "") + ("_poisson" if args.accounting == "poisson" else "")
+    results = Path(args.results) if args.results else RESULTS.with_name(f"paper001_fig3{suffix}.json")
     figure = Path(args.figure) if args.figure else results.with_suffix(".png")
     started = time.perf_counter()
     result = study(args)
