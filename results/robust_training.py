@@ -19,7 +19,7 @@ import numpy as np
 from results.base import fmt, mean_of, numbers, over_ok
 from results.learning import LearningRun
 
-ROUND_COLUMNS = ("round", "sampled", "answered", "tail", "tail_bin", "skipped", "dropped",
+ROUND_COLUMNS = ("round", "pool", "sampled", "answered", "tail", "tail_bin", "skipped", "dropped",
                  "wire_bytes_down", "wire_bytes_up")
 ERRORS = ("mean_error", "p90_error", "validation_mean_error", "validation_p90_error")
 PRIVACY = ("epsilon_central", "epsilon_site_max", "delta")
@@ -39,13 +39,16 @@ class RobustTraining(LearningRun):
         return {key: self.details.get(key, math.nan) for key in self.COLUMNS}
 
     def side_rows(self, truth) -> dict[str, list[dict]]:
+        by_round: dict[tuple[int, str], int] = {}
+        for (phase, way), count in truth.wire.items():  # every phase of a round: round-t, loss-mask-t, ...
+            number = str(phase).rpartition("-")[2]
+            if number.isdigit():
+                by_round[int(number), way] = by_round.get((int(number), way), 0) + count
         rows = []
         for record in self.rounds:
             row = {key: record.get(key, "") for key in ROUND_COLUMNS[:-2]}
-            row["wire_bytes_down"] = sum(v for (phase, way), v in truth.wire.items()
-                                         if way == "down" and getattr(phase, "round", None) == record["round"] - 1)
-            row["wire_bytes_up"] = sum(v for (phase, way), v in truth.wire.items()
-                                       if way == "up" and getattr(phase, "round", None) == record["round"] - 1)
+            row["wire_bytes_down"] = by_round.get((record["round"] - 1, "down"), 0)
+            row["wire_bytes_up"] = by_round.get((record["round"] - 1, "up"), 0)
             rows.append(row)
         return {"rounds": rows}
 

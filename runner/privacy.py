@@ -51,7 +51,7 @@ def privacy_rows(accounts: dict[str, SiteAccount], labels: dict[int, str]) -> li
 
 def _counts(account: SiteAccount, records: list[dict]) -> dict:
     histories = account.histories(records)
-    worst = [basic_composition(e) for e in histories]
+    worst = [basic_composition(e, account.budget.delta) for e in histories]
     eps, delta = max((e for e, _ in worst), default=0.0), max((d for _, d in worst), default=0.0)
     composed = max((account.composed(e) for e in histories), default=0.0)
     return {"releases": sum(r["kind"] != "refused" and not r["reused"] for r in records),

@@ -117,7 +117,9 @@ class SiteLocal:
             spend = method.spend(phase, body)
         except RequestError as exc:  # a claim the site cannot back: refused, and kept in its account
             self._refuse(session, method_name, str(exc))
-        refusal = self.policy.refusal(method_name, spend)
+        # a training's round is booked amplified by its sampling only if this site's policy trusts it
+        spend = self.policy.booked(spend)
+        refusal = self.policy.refusal(method_name, spend, self.account.budget.delta)
         if refusal is not None:
             self._refuse(session, method_name, refusal)
         if spend is not None and spend.kind == "kanon":

@@ -255,6 +255,14 @@ def test_a_round_whose_site_dropped_is_skipped_with_the_shortfall_named():
 
     outcome = run_with_identities(method, sites, ask_hook=drop)
     assert outcome.status == "ok", outcome.reason
-    second = outcome.rounds[1]
+    first, second, third = outcome.rounds
+    assert first.get("skipped") is None
     assert "noise shortfall: 5 masked inputs where the noise was planned for 6" in second["skipped"]
-    assert outcome.rounds[0].get("skipped") is None and outcome.rounds[2].get("skipped") is None
+    # the lost site is not sampled again: 5 left, fewer than the 6 inputs the noise was planned for
+    assert third["pool"] == third["sampled"] == 5 and "noise shortfall" in third["skipped"]
+    # planned for one dropout a round (noise for 5 inputs), the same loss costs nothing
+    tolerant = METHODS["dp_delta_fl"](0.1, classes=4, rounds=3, clients_per_round=6, held_out=2, epsilon=5.0,
+                                      secagg={"graph": "full"}, bins=8, loss_bound=2.0, dropouts=1)
+    outcome = run_with_identities(tolerant, sites, ask_hook=drop)
+    assert outcome.status == "ok" and not any(r.get("skipped") for r in outcome.rounds), outcome.rounds
+    assert outcome.rounds[1]["answered"] == 5 and outcome.rounds[2]["sampled"] == 5

@@ -46,6 +46,9 @@ COMMON = {
     "local_steps": {"type": "int", "min": 1, "max": 100, "default": 1},
     "weight_decay": {"type": "float", "ge": 0, "default": 0.0},
     "held_out": {"type": "int", "min": 0, "default": 0},
+    # each round m of the n training sites without replacement (algorithm 3 line 2), or each site
+    # independently with probability m / n (poisson: what the paper's amplification bound [27] is for)
+    "sampling": {"type": "str", "choices": ["without_replacement", "poisson"], "default": "without_replacement"},
     # the first `validation` of the held-out sites are validation clients (hyperparameters are
     # tuned on their errors, appendix B.3), the rest test clients (the errors reported)
     "validation": {"type": "int", "min": 0, "default": 0},
@@ -75,7 +78,7 @@ def central_mechanism_spend(mechanism: dict, method: str) -> Spend:
     """A round to a trusted curator: its rho (claim 13 corrected), its training's sampling as the
     request states it, the release marked as going in the clear to the curator."""
     return Spend("zcdp", rho=round_rho(mechanism), model=CURATOR_MODEL, curator=True,
-                 sampling="without_replacement", sample=mechanism["sample"], population=mechanism["population"],
+                 sampling=mechanism["sampling"], sample=mechanism["sample"], population=mechanism["population"],
                  rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))
 
 
@@ -190,14 +193,15 @@ class PrivateTail(TailMethod):
         ratio = p.get("quantile_ratio", 0.0) if self.tail > 0 else 0.0
         m = min(p["clients_per_round"], population)
         plan = sigma_for_epsilon(p["epsilon"], self.target_delta(population), p["rounds"], p["clip"], m, population,
-                                 sampling="without_replacement", quantile_ratio=ratio)
+                                 sampling=p["sampling"], quantile_ratio=ratio)
         bins, hierarchical = p.get("bins", 2), p.get("histogram", "flat") == "hierarchical"
-        common = {"sample": m, "population": population, "rounds": p["rounds"]}
+        common = {"sampling": p["sampling"], "sample": m, "population": population, "rounds": p["rounds"]}
         if self.distributed:
             return plan_distributed(plan["rho_update"], plan["rho_quantile"], clip=p["clip"], tail=self.tail,
                                     loss_bound=p.get("loss_bound", 1.0), bins=bins, hierarchical=hierarchical,
                                     dimension=(features + 1) * p["classes"], sample=m, population=population,
-                                    rounds=p["rounds"], dropouts=p["dropouts"], granularity=p["granularity"])
+                                    rounds=p["rounds"], dropouts=p["dropouts"], granularity=p["granularity"],
+                                    sampling=p["sampling"])
         sigma_q = (math.sqrt(histogram_sensitivity2(bins, hierarchical) / (2.0 * plan["rho_quantile"]))
                    if ratio > 0 else 0.0)
         return {"clip": float(p["clip"]), "sigma_update": float(plan["sigma"]), "tail": self.tail,

@@ -28,9 +28,22 @@ MECHANISM = {"type": "map", "fields": {
     "bins": {"type": "int", "min": 2, "max": 4096},
     "hierarchical": {"type": "bool"},
     "sigma_histogram": {"type": "float", "ge": 0, "finite": True},
+    "sampling": {"type": "str", "choices": ["without_replacement", "poisson"]},
     "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
     "rounds": {"type": "int", "min": 1},
 }}
+
+
+def sample_round(training: list[str], m: int, sampling: str, rng: np.random.Generator) -> list[str]:
+    """A round's clients from the coordinator's seeded Generator: m of the training sites without
+    replacement (algorithm 3 line 2), or each independently with probability m / n (`poisson`: the
+    sampling the amplification bound of the paper's accounting, its reference [27], is for), in
+    site order."""
+    if not training or m <= 0:
+        return []
+    if sampling == "poisson":
+        return [site for site, keep in zip(training, rng.random(len(training)) < m / len(training)) if keep]
+    return sorted(rng.choice(training, size=min(m, len(training)), replace=False).tolist())
 CURATOR_MODEL = "central Gaussian noise by a trusted curator (clipped update and loss bin sent in the clear)"
 
 
@@ -131,11 +144,15 @@ class TailCoordinator(CoordinatorHalf):
     def _sample(self, t: int) -> list[str]:
         """Round t's clients: m of the n training sites without replacement (algorithm 3 line 2),
         from the coordinator's seeded Generator; a fresh record for the round."""
+        if self.records:  # a site that did not answer the last round is not sampled again
+            gone = set(self.records[-1]["dropped"])
+            self.training = [site for site in self.training if site not in gone]
         m = min(self.method.params["clients_per_round"], len(self.training))
-        chosen = sorted(self.rng.choice(self.training, size=m, replace=False).tolist())
+        chosen = sample_round(self.training, m, self.method.params["sampling"], self.rng)
         for site in chosen:
             self.participation[site] = self.participation.get(site, 0) + 1
-        self.records.append({"round": t + 1, "phase": Phase("round", t), "sampled": m, "dropped": {}})
+        self.records.append({"round": t + 1, "phase": Phase("round", t), "sampled": len(chosen), "expected": m,
+                             "pool": len(self.training), "dropped": {}})
         return chosen
 
     def _round(self, t: int):
@@ -214,20 +231,25 @@ class TailCoordinator(CoordinatorHalf):
     def _privacy_report(self) -> dict:
         """The two figures (issue 49): the central guarantee assuming the coordinator sampled as it
         says, and the unamplified account of the site that took part most often."""
-        from stats.rounds_privacy import rounds_epsilon, site_account_epsilon
+        from collections import Counter
 
-        p, n = self.method.params, len(self.training)
-        delta = self.method.target_delta(n)
+        from stats.rounds_privacy import combined_epsilon, site_account_epsilon
+
+        p = self.method.params
+        delta = self.method.target_delta(self.mechanism["population"])
         rho = self.method.round_cost(self.mechanism)
-        m = min(p["clients_per_round"], n)
         most = max(self.participation.values(), default=0)
+        # every round as it was sampled: m of the pool still answering (smaller after sites were lost)
+        pools = Counter((r["expected"], r["pool"]) for r in self.records if r["expected"])
         def guarded(compute) -> float:
             try:
                 return float(compute())
             except (OverflowError, ValueError):  # a rho beyond the accountant's range: no finite guarantee
                 return math.inf
 
-        return {"epsilon_central": guarded(lambda: rounds_epsilon(rho, p["rounds"], delta, "without_replacement", m, n)),
+        sampling = self.mechanism["sampling"]
+        amplified = [(rho, count, sampling, m, n) for (m, n), count in sorted(pools.items())]
+        return {"epsilon_central": guarded(lambda: combined_epsilon(0.0, amplified, delta)),
                 "epsilon_site_max": guarded(lambda: site_account_epsilon(rho, most, delta)) if most else 0.0,
                 "delta": delta, "rho_round": rho, "participations_max": most,
                 "noise": self.mechanism.get("noise", "central"),

@@ -57,6 +57,7 @@ DISTRIBUTED = {"type": "map", "fields": {
     "inputs": {"type": "int", "min": 1, "max": 100_000},
     "dimension": {"type": "int", "min": 1, "max": 1 << 24},
     "modulus_bits": {"type": "int", "min": 8, "max": 62},
+    "sampling": {"type": "str", "choices": ["without_replacement", "poisson"]},
     "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
     "rounds": {"type": "int", "min": 1},
 }}
@@ -117,7 +118,7 @@ def sigma2_for_rho(rho: float, rho_of_sigma2) -> float:
 
 def plan_distributed(rho_update: float, rho_quantile: float, *, clip: float, tail: float, loss_bound: float,
                      bins: int, hierarchical: bool, dimension: int, sample: int, population: int, rounds: int,
-                     dropouts: int, granularity: float) -> dict:
+                     dropouts: int, granularity: float, sampling: str = "without_replacement") -> dict:
     """The distributed mechanism meeting the per-round budget the calibration split (stats.rounds_privacy
     .sigma_for_epsilon's rho_update and rho_quantile) over `inputs` = sample - dropouts noisy inputs:
     the update scaled so that C maps to `granularity` units, sigma_w^2 solved from lemma 9; the loss
@@ -140,7 +141,8 @@ def plan_distributed(rho_update: float, rho_quantile: float, *, clip: float, tai
     return {"noise": "distributed", "clip": float(clip), "tail": float(tail), "loss_bound": float(loss_bound),
             "bins": int(bins), "hierarchical": bool(hierarchical), "scale": float(scale),
             "sigma2_update": float(sigma2_update), "histogram_scale": int(c), "sigma2_histogram": float(sigma2_hist),
-            "inputs": int(inputs), "dimension": int(dimension), "modulus_bits": int(bits), "sample": int(sample),
+            "inputs": int(inputs), "dimension": int(dimension), "modulus_bits": int(bits), "sampling": sampling,
+            "sample": int(sample),
             "population": int(population), "rounds": int(rounds)}
 
 
@@ -151,7 +153,7 @@ def distributed_spend(phase_name: str, public: Mapping[str, Any], method: str) -
     rho_loss, rho_update = distributed_round_rhos(mechanism)
     rho = rho_loss if phase_name.startswith("loss-") else rho_update
     return Spend("zcdp", rho=rho, model=f"{DISTRIBUTED_MODEL} over {mechanism['inputs']} inputs",
-                 contributors=mechanism["inputs"], sampling="without_replacement", sample=mechanism["sample"],
+                 contributors=mechanism["inputs"], sampling=mechanism["sampling"], sample=mechanism["sample"],
                  population=mechanism["population"], rounds=mechanism["rounds"],
                  key=request_key(method, phase_name.split("-")[0], mechanism))
 
@@ -181,6 +183,10 @@ class DistributedCoordinator(TailCoordinator):
         m = len(chosen)
         if m < 2:
             return self._skip(t, f"{m} site(s) sampled: a secure sum needs 2")
+        if m < mech["inputs"]:  # the sites would refuse a claim of more inputs than asked; nothing is asked
+            return self._skip(t, f"noise shortfall: {m} sites left to sample where the noise was planned for "
+                                 f"{mech['inputs']} inputs: the sum would hold {m}/{mech['inputs']} of the planned "
+                                 f"noise variance")
         degree, threshold = graph_shape(self.method.secagg, m)
         params = SecAggParams(mech["modulus_bits"], length, degree, threshold, m, self.method.secagg["mode"])
         p = self.method.params
@@ -207,9 +213,23 @@ class DistributedCoordinator(TailCoordinator):
                 f"hold {inputs}/{planned} of the planned noise variance")
 
     def advance(self, phase, answers, dropped):
-        if phase.name.split("-")[0] in SUMS:
-            return self._wrap(self.sum.advance(phase.name.split("-", 1)[1], answers, dropped), phase.round)
-        return super().advance(phase, answers, dropped)
+        if phase.name.split("-")[0] not in SUMS:
+            return super().advance(phase, answers, dropped)
+        inner = phase.name.split("-", 1)[1]
+        if inner == "advertise":  # fewer keys than the noise was planned for: ask nothing more
+            keys = sum(1 for value in answers.values() if isinstance(value, tuple) and value[0] == "keys")
+            if keys < self.mechanism["inputs"] and not any(self._lie(why) for why in dropped.values()):
+                self.records[-1]["dropped"].update(dropped)
+                return self._skip(phase.round, f"noise shortfall: {keys} sites advertised where the noise was planned "
+                                               f"for {self.mechanism['inputs']} inputs (the others: "
+                                               f"{'; '.join(sorted(set(dropped.values())))[:300]})")
+        return self._wrap(self.sum.advance(inner, answers, dropped), phase.round)
+
+    @staticmethod
+    def _lie(reason: str) -> bool:
+        from protocol.secagg.protocol import LIES
+
+        return any(lie in reason for lie in LIES)
 
     def _summed(self, prefix: str, t: int, aggregate: Aggregate):
         record = self.records[-1]
