@@ -168,7 +168,7 @@ def poisson_mechanism(method, mechanism: dict, population: int) -> tuple[dict, f
     amplification (WBK19) is for a client replaced: a round costs 4 rho there. Returns (the
     mechanism with sigma and sigma_q replaced, the Poisson-accounted central epsilon)."""
     from protocol.methods.tail_rounds import histogram_sensitivity2
-    from stats.rounds_privacy import rounds_epsilon, sigma_for_epsilon
+    from protocol.rounds_privacy import rounds_epsilon, sigma_for_epsilon
 
     p = method.params
     ratio = p.get("quantile_ratio", 0.0) if method.tail > 0 else 0.0
@@ -225,7 +225,7 @@ def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, se
                           if len(validation) else None),
            "tail_mean": float(np.mean(tails)), "weights_norm": float(np.linalg.norm(W))}
     if mechanism is not None:
-        from stats.rounds_privacy import rounds_epsilon, site_account_epsilon
+        from protocol.rounds_privacy import rounds_epsilon, site_account_epsilon
 
         delta = method.target_delta(n)
         rho = round_rho(mechanism)

@@ -15,7 +15,7 @@ Two kinds of release are budgeted:
   epsilon at the budget's delta is never above the basic sum.
 - zero-concentrated DP (issue 49): a round of private federated training (DP-FedAvg, DP-Δ-FL)
   is a rho-zCDP release (`Spend(kind="zcdp", rho=...)`; paper 001 claim 13, corrected:
-  stats.rounds_privacy). The zCDP events of a record's history are composed in zCDP and
+  protocol.rounds_privacy). The zCDP events of a record's history are composed in zCDP and
   converted to (epsilon, delta) ONCE: their rhos add (Bun and Steinke 2016, lemma 2.3), and the
   total's RDP curve alpha * rho (plus the curves of trainings booked with amplification, below)
   is converted by dp_accounting (Canonne, Kamath and Steinke 2020, proposition 12) into
@@ -33,7 +33,7 @@ Two kinds of release are budgeted:
   its sampling (`sampling`, `sample`, `population`, `rounds`, and `key` naming the training) at
   its amplified cost: the whole training's `rounds` rounds, each subsampled, composed once per
   (trial, key, rho, sampling) however many of its rounds the site answers (at most `rounds`:
-  more is refused), whether it was sampled or not; stats.rounds_privacy gives the curve.
+  more is refused), whether it was sampled or not; protocol.rounds_privacy gives the curve.
 - K-anonymous tables (paper 004): the site releases at most `kanon_releases` distinct tables
   of the same data. A request identical to an earlier one on the same data gets the earlier
   release back, unchanged, so two answers can never be differenced; a different one beyond the
@@ -84,7 +84,7 @@ DEFAULT_EPSILON = 3.0
 DEFAULT_DELTA = 1e-6
 COMPOSITIONS = ("basic", "pld")
 KINDS = ("dp", "zcdp", "kanon", "none")
-#: the sampling a zCDP spend may state (stats.rounds_privacy.SAMPLINGS); amplification is booked only
+#: the sampling a zCDP spend may state (protocol.rounds_privacy.SAMPLINGS); amplification is booked only
 #: for the two whose accounting composes per training (with_replacement books unamplified)
 SAMPLINGS = ("none", "poisson", "without_replacement", "with_replacement")
 AMPLIFIED = ("poisson", "without_replacement")
@@ -125,7 +125,7 @@ class Spend:
     (protocol.policy) checks both.
 
     kind "zcdp": a rho-zCDP release (`rho`), e.g. one round of private federated training
-    (stats.rounds_privacy.round_rho). `sampling`, `sample`, `population`, `rounds`: what the
+    (protocol.rounds_privacy.round_rho). `sampling`, `sample`, `population`, `rounds`: what the
     request says of the training it belongs to (each round samples `sample` of `population`
     clients; "none": no sampling stated), with `key` naming the training; `trusted`: the site's
     policy trusts that sampling (protocol.policy.SitePolicy.booked sets it; methods never do), and
@@ -175,7 +175,7 @@ class Spend:
         if self.kind == "dp":
             return self.epsilon
         if self.kind == "zcdp":
-            from stats.rounds_privacy import zcdp_epsilon
+            from protocol.rounds_privacy import zcdp_epsilon
 
             return zcdp_epsilon(self.rho, delta)
         return 0.0
@@ -208,8 +208,8 @@ def split_events(events) -> tuple[list[tuple[float, float]], list[ZcdpEvent]]:
 def zcdp_composition(events: list[ZcdpEvent], delta: float) -> float:
     """The epsilon at `delta` of zCDP events composed in zCDP and converted once: unamplified
     rhos add; each amplified training (group) counts once, its `rounds` subsampled rounds' RDP
-    curve added to the rest (stats.rounds_privacy.combined_epsilon)."""
-    from stats.rounds_privacy import combined_epsilon
+    curve added to the rest (protocol.rounds_privacy.combined_epsilon)."""
+    from protocol.rounds_privacy import combined_epsilon
 
     plain = sum(e.rho for e in events if not e.amplified)
     trainings = {(e.group, e.rho, e.sampling, e.sample, e.population, e.rounds) for e in events if e.amplified}

@@ -23,7 +23,7 @@ policy and refuses, with the reason, a request that asks for more than the polic
   coordinator that names another trial is refused before anything is built or scored (a site
   that builds its data from a scenario would otherwise draw a fresh data set for every number);
 - `trust_sampling`: false (the default) or true. A round of private federated training is
-  amplified by the coordinator's sampling of clients (stats.rounds_privacy) only if the
+  amplified by the coordinator's sampling of clients (protocol.rounds_privacy) only if the
   coordinator samples as it says, which no site can check: by default a site books the
   UNAMPLIFIED rho of every round it takes part in; with true it books a training that states
   its sampling at the amplified cost of all its rounds, once (protocol.accounting; `booked`);

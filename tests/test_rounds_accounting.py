@@ -1,6 +1,6 @@
 """Accounting over rounds (issue 49, point 2): zCDP per round of private federated training, the
 rounds composed in zCDP and converted once, amplification by subsampling through dp_accounting
-(stats.rounds_privacy), and a site's account that books zCDP spends beside (epsilon, delta) ones
+(protocol.rounds_privacy), and a site's account that books zCDP spends beside (epsilon, delta) ones
 (protocol.accounting, protocol.policy)."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from protocol.accounting import Budget, BudgetExceeded, SiteAccount, Spend, pld_
 from protocol.policy import SitePolicy
 from sites.storage import append_account, read_account
 from stats import ddg
-from stats import rounds_privacy as rp
+from protocol import rounds_privacy as rp
 
 # paper 001 appendix B.3: 1,000 rounds, 100 of n = 2,500 clients a round, delta = 1/n
 ROUNDS, SAMPLE, POPULATION, DELTA = 1000, 100, 2500, 1 / 2500
 
 
 def dp_accounting_epsilon(event, delta, relation=None, orders=None):
-    """dp_accounting's own RdpAccountant, independently of stats.rounds_privacy."""
+    """dp_accounting's own RdpAccountant, independently of protocol.rounds_privacy."""
     kwargs = {} if relation is None else {"neighboring_relation": relation}
     accountant = rdp.RdpAccountant(orders=orders, **kwargs)
     accountant.compose(event)

@@ -57,7 +57,7 @@ def base():
     (lambda d: d["sites"].update(sizes={"distribution": "lognormal", "median": 50}), "sites.sizes.sigma", "(required)"),
     (lambda d: d["split"].update(train=0.9), "split", "fractions adding up to at most 1"),
     (lambda d: d["sites"].update(count=500), "sites", "at most 160 calibration points"),
-    (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'classification_blobs', 'paper001_chi2', 'paper001_uniform', 'paper004_gamma', 'paper004_shift', 'romano2019'"),
+    (lambda d: d["data"].update(generator="friedman"), "data.generator", "one of 'classification_blobs', 'paper001_chi2', 'paper001_label_shift', 'paper001_uniform', 'paper004_gamma', 'paper004_shift', 'romano2019'"),
     (lambda d: d["runtime"]["deadlines"].update(respond=0), "runtime.deadlines.respond", "a number > 0"),
     (lambda d: d["model"].update(params={"trees": 3}), "model.params.trees", "no field 'trees'"),
     (lambda d: d["methods"][3].update(epsilon=-1), "methods[3].epsilon", "a number > 0"),

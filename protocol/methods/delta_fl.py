@@ -17,7 +17,7 @@ the clear to it, so a site takes part only where its policy says `curator: allow
 trust table says so). The noise scales come from the requested (epsilon, delta) over all T
 rounds: each round is rho-zCDP (claim 13 corrected: rho = C^2 / (2 sigma^2) for the update sum,
 plus the histogram's S^2 / (2 sigma_q^2), the quantile's share r times the update's), amplified by
-sampling m of n without replacement through dp-accounting (stats.rounds_privacy). Each site books
+sampling m of n without replacement through dp-accounting (protocol.rounds_privacy). Each site books
 the round's unamplified rho, computed from the sigmas and C in the request it received, unless its
 policy trusts the sampling.
 """
@@ -170,7 +170,7 @@ class DeltaFL(TailMethod):
 
 class PrivateTail(TailMethod):
     """The private members of the family: clipped updates, noise planned for (epsilon, delta) over
-    all rounds, amplified by the sampling (stats.rounds_privacy)."""
+    all rounds, amplified by the sampling (protocol.rounds_privacy)."""
 
     private = True
     site_noise = True  # the random rounding of a site's update under distributed noise
@@ -185,9 +185,9 @@ class PrivateTail(TailMethod):
 
     def mechanism(self, population: int, features: int = 20) -> dict:
         """The noise for the whole training to meet (epsilon, delta) with sampling amplification
-        (stats.rounds_privacy.sigma_for_epsilon): central sigma (on the update sum) and sigma_q, or
+        (protocol.rounds_privacy.sigma_for_epsilon): central sigma (on the update sum) and sigma_q, or
         the distributed mechanism meeting the same per-round rho (tail_secagg.plan_distributed)."""
-        from stats.rounds_privacy import sigma_for_epsilon
+        from protocol.rounds_privacy import sigma_for_epsilon
 
         p = self.params
         ratio = p.get("quantile_ratio", 0.0) if self.tail > 0 else 0.0

@@ -57,7 +57,7 @@ def round_rho(mechanism: dict) -> float:
     """One round's zCDP, claim 13 corrected (paper 001 appendix B.2; zCDP adds): the update sum's
     C^2 / (2 sigma^2) plus, when the round releases a loss histogram (tail > 0), its
     S^2 / (2 sigma_q^2). The printed claim has the Gaussian term inverted (sigma_w^2 / 2C^2)."""
-    from stats.rounds_privacy import gaussian_sum_rho
+    from protocol.rounds_privacy import gaussian_sum_rho
 
     rho = gaussian_sum_rho(mechanism["clip"], mechanism["sigma_update"])
     if mechanism["tail"] > 0:
@@ -233,7 +233,7 @@ class TailCoordinator(CoordinatorHalf):
         says, and the unamplified account of the site that took part most often."""
         from collections import Counter
 
-        from stats.rounds_privacy import combined_epsilon, site_account_epsilon
+        from protocol.rounds_privacy import combined_epsilon, site_account_epsilon
 
         p = self.method.params
         delta = self.method.target_delta(self.mechanism["population"])

@@ -119,7 +119,7 @@ def sigma2_for_rho(rho: float, rho_of_sigma2) -> float:
 def plan_distributed(rho_update: float, rho_quantile: float, *, clip: float, tail: float, loss_bound: float,
                      bins: int, hierarchical: bool, dimension: int, sample: int, population: int, rounds: int,
                      dropouts: int, granularity: float, sampling: str = "without_replacement") -> dict:
-    """The distributed mechanism meeting the per-round budget the calibration split (stats.rounds_privacy
+    """The distributed mechanism meeting the per-round budget the calibration split (protocol.rounds_privacy
     .sigma_for_epsilon's rho_update and rho_quantile) over `inputs` = sample - dropouts noisy inputs:
     the update scaled so that C maps to `granularity` units, sigma_w^2 solved from lemma 9; the loss
     histogram at c = 1 (or the smallest c that keeps sigma_q^2 >= 1), sigma_q^2 likewise; the ring wide
