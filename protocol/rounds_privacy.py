@@ -203,8 +203,13 @@ def _poisson_generic(rho: float, q: float) -> np.ndarray:
     a = np.asarray(INTEGER_ORDERS, dtype=float)
     first = np.asarray(_gaussian_poisson_log_moments(rho, q))
     second = np.log1p(np.exp(_log_comb(a, 2.0) + 2.0 * math.log(q) - (a + 1.0) * math.log1p(-q)
-                             + math.log(math.expm1(2.0 * rho))))
+                             + _log_expm1(2.0 * rho)))
     return np.maximum(first, second) / (a - 1.0)
+
+
+def _log_expm1(x: float) -> float:
+    """log(e^x - 1), without overflow for large x (a round whose rho is beyond any budget)."""
+    return x + math.log1p(-math.exp(-x)) if x > 1.0 else math.log(math.expm1(x))
 
 
 def _without_replacement_generic(rho: float, q: float) -> np.ndarray:
@@ -215,7 +220,7 @@ def _without_replacement_generic(rho: float, q: float) -> np.ndarray:
     for alpha in INTEGER_ORDERS:
         j = np.arange(3, alpha + 1, dtype=float)
         second = (2.0 * math.log(q) + float(_log_comb(np.float64(alpha), np.float64(2.0)))
-                  + min(math.log(4.0) + math.log(math.expm1(2.0 * r)), math.log(2.0) + 2.0 * r))
+                  + min(math.log(4.0) + _log_expm1(2.0 * r), math.log(2.0) + 2.0 * r))
         terms = [0.0, second]
         if len(j):
             terms.extend((math.log(2.0) + j * math.log(q) + _log_comb(np.float64(alpha), j) + (j - 1.0) * j * r).tolist())
