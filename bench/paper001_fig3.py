@@ -60,9 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learning.tail_fl import error_summary, initial_weights, misclassification, with_intercept  # noqa: E402
 from protocol.methods import METHODS  # noqa: E402
-from protocol.methods.tail_rounds import round_rho, server_step, site_step  # noqa: E402
+from protocol.methods.tail_rounds import sample_round, server_step, site_step  # noqa: E402
+from protocol.rounds_privacy import combined_epsilon, site_account_epsilon  # noqa: E402,F401
 from protocol.noise import coordinator_rng  # noqa: E402
 from protocol.sessions import method_session  # noqa: E402
+import stats.ddg  # noqa: E402,F401  (imported by learning.tail_fl inside its functions: loaded before a run)
 from scenarios.scenario import method_params, validate_scenario  # noqa: E402
 from specs.schema import read_yaml  # noqa: E402
 from stats.randomness import site_rng  # noqa: E402
@@ -160,36 +162,12 @@ class FastWorld:
 
 # -- one run ---------------------------------------------------------------------------------
 
-def poisson_mechanism(method, mechanism: dict, population: int) -> tuple[dict, float]:
-    """A counterfactual (not Quorum's guarantee): the method's mechanism with its noise planned
-    as if the m-of-n sample were Poisson sampling at rate m / n with one client added or removed,
-    the reading of section 5's "amplification by subsampling using the bounds of [27]" (Zhu and
-    Wang 2019 bound Poisson sampling). Quorum's method plans sampling without replacement, whose
-    amplification (WBK19) is for a client replaced: a round costs 4 rho there. Returns (the
-    mechanism with sigma and sigma_q replaced, the Poisson-accounted central epsilon)."""
-    from protocol.methods.tail_rounds import histogram_sensitivity2
-    from protocol.rounds_privacy import rounds_epsilon, sigma_for_epsilon
-
-    p = method.params
-    ratio = p.get("quantile_ratio", 0.0) if method.tail > 0 else 0.0
-    m = min(p["clients_per_round"], population)
-    delta = method.target_delta(population)
-    plan = sigma_for_epsilon(p["epsilon"], delta, p["rounds"], p["clip"], m, population, sampling="poisson",
-                             quantile_ratio=ratio)
-    out = dict(mechanism, sigma_update=float(plan["sigma"]))
-    if ratio > 0:
-        out["sigma_histogram"] = math.sqrt(histogram_sensitivity2(mechanism["bins"], mechanism["hierarchical"])
-                                           / (2.0 * plan["rho_quantile"]))
-    return out, rounds_epsilon(round_rho(out), p["rounds"], delta, "poisson", m, population)
-
-
-def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, seeded: bool = True,
-             accounting: str = "method") -> dict:
+def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, seeded: bool = True) -> dict:
     """One session of `method` (scenario index `index`) on `world`, as the live runtime runs it
-    (TailCoordinator's draws, site_step and server_step), every sampled client at once. rounds:
-    fewer than the method's (tuning), or None. Returns the test and validation clients' error
-    summaries and, for a private method, its mechanism and privacy figures. accounting "poisson":
-    the counterfactual noise of poisson_mechanism (not the live runtime's)."""
+    (TailCoordinator's draws: sample_round, then site_step and server_step), every sampled client
+    at once. rounds: fewer than the method's (tuning), or None. Returns the test and validation
+    clients' error summaries and, for a private method, its mechanism and privacy figures (as
+    TailCoordinator._privacy_report computes them, no site lost)."""
     start = time.perf_counter()
     p = method.params
     rounds = p["rounds"] if rounds is None else rounds
@@ -197,45 +175,44 @@ def run_fast(world: FastWorld, method, index: int, rounds: int | None = None, se
     rng = coordinator_rng(site_rng(world.seed, world.trial, session, COORDINATOR_ID), seeded)
     training, validation, test = world.roles(p["held_out"], p["validation"])
     n = len(training)
-    W = initial_weights(world.X1.shape[-1] - 1, p["classes"])
-    mechanism = method.mechanism(n)
+    features = world.X1.shape[-1] - 1
+    W = initial_weights(features, p["classes"])
+    mechanism = method.mechanism(n, features) if method.private else method.mechanism(n)
     if mechanism is not None and "sigma_update" not in mechanism:
         raise ValueError(f"{method.name}: the fast path runs the trusted curator's central noise (noise: central), "
                          f"not noise: {method.params.get('noise')}")
-    poisson_epsilon = None
-    if mechanism is not None and accounting == "poisson":
-        mechanism, poisson_epsilon = poisson_mechanism(method, mechanism, n)
     m = min(p["clients_per_round"], n)
+    ids = [world.sites[i] for i in training]
+    place = {site: i for i, site in enumerate(ids)}
     participation = np.zeros(n, dtype=np.int64)
-    tails = []
+    tails, sampled = [], []
     for _ in range(rounds):
-        # TailCoordinator._round: rng.choice over the sorted training site ids, sorted; the ids
-        # sort as their indices (zero-padded), and choice's draws depend on the count alone
-        chosen = np.sort(rng.choice(n, size=m, replace=False))
+        chosen = np.array([place[site] for site in sample_round(ids, m, p.get("sampling", "without_replacement"), rng)],
+                          dtype=np.int64)
         participation[chosen] += 1
+        sampled.append(len(chosen))
+        if not len(chosen):
+            continue
         sites = training[chosen]
         numbers, updates = site_step(W, world.X1[sites], world.y[sites], p["lr"], p["local_steps"],
                                      p["weight_decay"], mechanism)
         step, info = server_step(mechanism, method.tail, numbers, updates, rng)
         W = W + step
         tails.append(info["tail"])
-    out = {"trial": world.trial, "rounds": rounds,
+    out = {"trial": world.trial, "rounds": rounds, "sampling": p.get("sampling", "without_replacement"),
            "test": error_summary(misclassification(W, world.X1[test], world.y[test])),
            "validation": (error_summary(misclassification(W, world.X1[validation], world.y[validation]))
                           if len(validation) else None),
-           "tail_mean": float(np.mean(tails)), "weights_norm": float(np.linalg.norm(W))}
+           "tail_mean": float(np.mean(tails)), "sampled_mean": float(np.mean(sampled)),
+           "weights_norm": float(np.linalg.norm(W))}
     if mechanism is not None:
-        from protocol.rounds_privacy import rounds_epsilon, site_account_epsilon
-
-        delta = method.target_delta(n)
-        rho = round_rho(mechanism)
+        delta = method.target_delta(mechanism["population"])
+        rho = method.round_cost(mechanism)
         most = int(participation.max())
         out.update({"mechanism": mechanism, "delta": delta, "rho_round": rho,
-                    "epsilon_central": rounds_epsilon(rho, p["rounds"], delta, "without_replacement", m, n),
+                    "epsilon_central": combined_epsilon(0.0, [(rho, rounds, mechanism["sampling"], m, n)], delta),
                     "epsilon_site_max": site_account_epsilon(rho, most, delta) if most else 0.0,
                     "participations_max": most})
-        if poisson_epsilon is not None:
-            out.update({"accounting": "poisson (counterfactual)", "epsilon_central_poisson": poisson_epsilon})
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -250,8 +227,9 @@ def _task(task: tuple) -> tuple:
     """One run in a worker: (key, trial, label, params, rounds) -> (key, result)."""
     key, trial, label, params, rounds = task
     index, base = _CONTEXT["methods"][label]
-    method = METHODS[base.name](_CONTEXT["alpha"], **{**base.params, **params})
-    return key, run_fast(_WORLDS[trial], method, index, rounds, accounting=_CONTEXT["accounting"])
+    extra = {"sampling": "poisson"} if _CONTEXT["accounting"] == "poisson" and base.private else {}
+    method = METHODS[base.name](_CONTEXT["alpha"], **{**base.params, **params, **extra})
+    return key, run_fast(_WORLDS[trial], method, index, rounds)
 
 
 def run_tasks(tasks: list[tuple], jobs: int, progress: str = "") -> dict:
@@ -404,8 +382,7 @@ def study(args) -> dict:
                                  "rho_round": r0["rho_round"], "epsilon_central": r0["epsilon_central"],
                                  "epsilon_site_max": max(r["epsilon_site_max"] for r in private),
                                  "delta": r0["delta"], "tuned": chosen[key]})
-            if "epsilon_central_poisson" in r0:
-                summary[key]["epsilon_central_poisson"] = r0["epsilon_central_poisson"]
+            summary[key]["sampling"] = r0["mechanism"]["sampling"]
     return {"setting": {"scenario": str(Path(args.scenario).resolve().relative_to(ROOT)),
                         "sites": len(_WORLDS[0].sites), "training": int(len(_WORLDS[0].roles(
                             methods["fedavg"][1].params["held_out"], methods["fedavg"][1].params["validation"])[0])),
@@ -585,7 +562,8 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default=None)
     parser.add_argument("--figure", default=None)
     parser.add_argument("--accounting", choices=["method", "poisson"], default="method",
-                        help="poisson: the counterfactual noise of poisson_mechanism")
+                        help="poisson: the private methods with sampling: poisson (each client with "
+                             "probability m / n, one added or removed: the setting of the paper's bound [27])")
     parser.add_argument("--tuned-from", default=None, help="take the tuned hyperparameters from this results JSON")
     parser.add_argument("--table", action="store_true", help="print the docs' tables from --results and stop")
     parser.add_argument("--live", action="store_true", help="one configuration through the live runtime")
