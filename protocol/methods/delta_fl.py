@@ -92,6 +92,7 @@ class TailMethod(Method):
     result = RobustTraining
     site_noise = False  # Δ-FL's sites draw nothing that protects a release
     private = False
+    sums: tuple[str, ...] = ()  # the secure sums a round of the method may hold (Δ-FL: none)
 
     def __init__(self, alpha: float, **params: Any) -> None:
         super().__init__(alpha, **params)
@@ -131,7 +132,7 @@ class TailMethod(Method):
         if name != "round":  # a secure sum's phase: its advertise books the sum, the others nothing new
             if not name.endswith("-advertise"):
                 return None
-            return distributed_spend(name, body.get("method") if isinstance(body, dict) else None, cls.name)
+            return distributed_spend(name, body, cls.name, cls.sums)
         mechanism = body.get("mechanism") if isinstance(body, dict) else None
         if mechanism is None:
             return Spend("none", model="the loss and local update in the clear")
@@ -154,7 +155,7 @@ class TailMethod(Method):
 
     @classmethod
     def site(cls, rows, rng, site_id):
-        half = TailSite(rows, rng, site_id, cls.name)
+        half = TailSite(rows, rng, site_id, cls.name, cls.sums)
         half.digest = cls.request_digest
         return half
 
@@ -214,6 +215,7 @@ class DPDeltaFL(PrivateTail):
     updates with noise, central (the paper's trusted curator) or distributed (SecAgg+)."""
 
     name = "dp_delta_fl"
+    sums = ("loss", "update")
     PARAMS = {**COMMON, "tail": TAIL, **PRIVATE, **QUANTILE}
 
 
@@ -222,6 +224,7 @@ class DPFedAvg(PrivateTail):
     clipped update, averaged, with noise (central or distributed); no quantile (tail 0)."""
 
     name = "dp_fedavg"
+    sums = ("average",)
     PARAMS = {**COMMON, **PRIVATE}
 
 

@@ -161,8 +161,19 @@ class TailCoordinator(CoordinatorHalf):
         body = {"weights": pack_tensors({"W": self.weights}), "lr": p["lr"], "steps": p["local_steps"],
                 "weight_decay": p["weight_decay"]}
         if self.mechanism is not None:
-            body["mechanism"] = self.mechanism
+            body["mechanism"] = self.round_mechanism(len(chosen))
         return Send(Phase("round", t), {site: body for site in chosen})
+
+    def round_mechanism(self, sampled: int) -> dict:
+        """The mechanism as this round samples: the planned one, its sample and population those of
+        the round when the pool of answering sites has shrunk below the plan (a site holds a sum's
+        claimed sample to the sites the session asks; the amplification it may book is this round's)."""
+        mechanism = dict(self.mechanism)
+        pool = len(self.training)
+        if pool < mechanism["population"]:
+            mechanism["population"] = pool
+            mechanism["sample"] = min(mechanism["sample"], pool) if mechanism["sampling"] == "poisson" else sampled
+        return mechanism
 
     def _next(self, t: int):
         """Round t + 1, or the evaluation of the final model by the held-out sites (all sites when none)."""
@@ -199,6 +210,7 @@ class TailCoordinator(CoordinatorHalf):
                 kept[site] = checked_value
         record["answered"] = len(kept)
         if kept:
+            record["released"] = True
             updates = np.stack([u for u, _ in kept.values()])
             numbers = np.array([x for _, x in kept.values()])
             step, info = server_step(self.mechanism, self.method.tail, numbers, updates, self.rng)
@@ -239,8 +251,9 @@ class TailCoordinator(CoordinatorHalf):
         delta = self.method.target_delta(self.mechanism["population"])
         rho = self.method.round_cost(self.mechanism)
         most = max(self.participation.values(), default=0)
-        # every round as it was sampled: m of the pool still answering (smaller after sites were lost)
-        pools = Counter((r["expected"], r["pool"]) for r in self.records if r["expected"])
+        # every round that released anything, as it was sampled: m of the pool still answering (smaller
+        # after sites were lost); a round skipped before any sum was unmasked released nothing
+        pools = Counter((r["expected"], r["pool"]) for r in self.records if r.get("released"))
         def guarded(compute) -> float:
             try:
                 return float(compute())
@@ -249,7 +262,8 @@ class TailCoordinator(CoordinatorHalf):
 
         sampling = self.mechanism["sampling"]
         amplified = [(rho, count, sampling, m, n) for (m, n), count in sorted(pools.items())]
-        return {"epsilon_central": guarded(lambda: combined_epsilon(0.0, amplified, delta)),
+        return {"epsilon_central": guarded(lambda: combined_epsilon(0.0, amplified, delta)) if amplified else 0.0,
+                "rounds_released": sum(pools.values()),
                 "epsilon_site_max": guarded(lambda: site_account_epsilon(rho, most, delta)) if most else 0.0,
                 "delta": delta, "rho_round": rho, "participations_max": most,
                 "noise": self.mechanism.get("noise", "central"),
@@ -260,10 +274,12 @@ class TailSite(SiteHalf):
     """A client of appendix B.3: its examples (features then label); each round one local update
     from the global weights, its loss (clipped and binned under privacy) and the update (clipped)."""
 
-    def __init__(self, rows: np.ndarray, rng=None, site_id: str = "", method: str = "") -> None:
+    def __init__(self, rows: np.ndarray, rng=None, site_id: str = "", method: str = "",
+                 sums: tuple[str, ...] = ()) -> None:
         """rng: the site's noise source (the random rounding of its update under distributed
         noise); site_id: who it is (its secure sums bind their keys to it); method: the method's
-        name (what its spends are keyed by)."""
+        name (what its spends are keyed by); sums: the secure sums its rounds may hold (none without
+        privacy)."""
         from protocol.methods.tail_secagg import DistributedSite
 
         rows = np.asarray(rows, dtype=float)
@@ -274,7 +290,7 @@ class TailSite(SiteHalf):
         self.labels = rows[:, -1]
         self.classes = 0
         self.round = -1
-        self.site_id, self.method = site_id, method
+        self.site_id, self.method, self.sum_kinds = site_id, method, sums
         self.identity = None  # the site's signing key and registry: its driver sets it
         self.sums = DistributedSite(self, rng)
         self.digest = None  # the method's request_digest: its class sets it
@@ -284,16 +300,20 @@ class TailSite(SiteHalf):
             classes = body.get("classes") if isinstance(body, dict) else None
             if not isinstance(classes, int) or isinstance(classes, bool) or not 2 <= classes <= 10_000:
                 raise RequestError("setup needs classes, an integer >= 2")
+            if self.classes:
+                raise RequestError("setup twice in one session")
+            # the answer never depends on the labels (a refusal that did would tell the coordinator about
+            # them, for free): rows whose label is not one of the study's classes take no part
             labels = self.labels
-            if np.any(labels != np.round(labels)) or labels.min() < 0 or labels.max() >= classes:
-                raise RequestError(f"labels must be integers in [0, {classes})")
+            fits = (labels == np.round(labels)) & (labels >= 0) & (labels < classes)
+            self.X1, self.y = self.X1[:, fits], labels[fits].astype(np.int64)[None, :]
             self.classes = classes
-            self.y = labels.astype(np.int64)[None, :]
             return {"tensors": {}, "metrics": {"features": self.X1.shape[-1] - 1, "train": len(labels)}}
         if not self.classes:
             raise RequestError(f"{phase} before setup in this session")
         if phase.name not in ("round", "evaluate"):
-            return self.sums.answer(phase, body, lambda received: self.digest(phase, received), self.method)
+            return self.sums.answer(phase, body, lambda received: self.digest(phase, received), self.method,
+                                    self.sum_kinds)
         W = self._weights(body)
         if phase.name == "evaluate":
             return {"tensors": {}, "metrics": {"error": float(misclassification(W, self.X1, self.y)[0]),

@@ -146,16 +146,60 @@ def plan_distributed(rho_update: float, rho_quantile: float, *, clip: float, tai
             "population": int(population), "rounds": int(rounds)}
 
 
-def distributed_spend(phase_name: str, public: Mapping[str, Any], method: str) -> Spend:
-    """What a site books for one of a round's secure sums, computed from the request it received."""
-    mechanism = checked(DISTRIBUTED, public.get("mechanism") if isinstance(public, Mapping) else None,
-                        "advertise request.method.mechanism")
-    rho_loss, rho_update = distributed_round_rhos(mechanism)
-    rho = rho_loss if phase_name.startswith("loss-") else rho_update
-    return Spend("zcdp", rho=rho, model=f"{DISTRIBUTED_MODEL} over {mechanism['inputs']} inputs",
-                 contributors=mechanism["inputs"], sampling=mechanism["sampling"], sample=mechanism["sample"],
-                 population=mechanism["population"], rounds=mechanism["rounds"],
-                 key=request_key(method, phase_name.split("-")[0], mechanism))
+def checked_sum(phase_name: str, body: Any, sums: tuple[str, ...]) -> tuple[str, dict, dict]:
+    """(the sum's prefix, its mechanism, its secure-aggregation parameters) from an advertise request,
+    checked as a site can: the method has such sums (`sums`: none for Δ-FL without privacy; loss then
+    update for DP-Δ-FL; average for DP-FedAvg), the mechanism's tail agrees with the sum, the vector
+    the sum asks for is the mechanism's (the histogram's length, or the update's `dimension`: the
+    sensitivity the site books rests on it), and the sample it claims is the session's (without
+    replacement, the m sites the session asked; Poisson, within 8 standard deviations of the claimed
+    mean). RequestError names what does not hold."""
+    prefix = phase_name.split("-")[0]
+    if prefix not in sums:
+        raise RequestError(f"this method has no {prefix} sums ({', '.join(sums) or 'no secure sums at all'})")
+    if not isinstance(body, Mapping) or not isinstance(body.get("method"), Mapping) \
+            or not isinstance(body.get("params"), Mapping):
+        raise RequestError("advertise needs {params, nonce, method}")
+    mechanism = checked(DISTRIBUTED, body["method"].get("mechanism"), "advertise request.method.mechanism")
+    if (prefix == "average") != (mechanism["tail"] == 0):
+        raise RequestError(f"a {prefix} sum with tail {mechanism['tail']}: the loss and update sums are DP-Δ-FL's "
+                           f"(tail > 0), the average sum DP-FedAvg's (tail 0)")
+    params = body["params"]
+    length, sites = params.get("length"), params.get("sites")
+    want = histogram_length(mechanism["bins"], mechanism["hierarchical"]) if prefix == "loss" \
+        else mechanism["dimension"]
+    if length != want:
+        raise RequestError(f"the {prefix} sum asks for vectors of {length!r} entries where its mechanism's are {want}")
+    if not isinstance(sites, int) or isinstance(sites, bool) or not 2 <= sites <= mechanism["population"]:
+        raise RequestError(f"the session asks {sites!r} sites, not between 2 and the population "
+                           f"{mechanism['population']} its mechanism states")
+    sample = mechanism["sample"]
+    if mechanism["sampling"] == "without_replacement" and sites != sample:
+        raise RequestError(f"the mechanism claims a sample of {sample} without replacement, the session asks {sites}")
+    if mechanism["sampling"] == "poisson" and abs(sites - sample) > 8 * math.sqrt(sample) + 8:
+        raise RequestError(f"the mechanism claims Poisson samples of {sample} on average, the session asks {sites}")
+    return prefix, mechanism, dict(params)
+
+
+def distributed_spend(phase_name: str, body: Any, method: str, sums: tuple[str, ...]) -> Spend | None:
+    """What a site books for a round of secure sums, computed from the advertise request it
+    received: the whole round's rho at its first sum (DP-Δ-FL's loss sum books the loss and the
+    update sums together, one amplified event per round of the training when the site trusts the
+    sampling, and the per-release cap checks the round), nothing at the update sum (the site holds
+    it to the round's booked mechanism, DistributedSite), DP-FedAvg's average sum its own."""
+    prefix, mechanism, _ = checked_sum(phase_name, body, sums)
+    if prefix == "update":
+        return None
+    return Spend("zcdp", rho=sum(distributed_round_rhos(mechanism)),
+                 model=f"{DISTRIBUTED_MODEL} over {mechanism['inputs']} inputs", contributors=mechanism["inputs"],
+                 sampling=mechanism["sampling"], sample=mechanism["sample"], population=mechanism["population"],
+                 rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))
+
+
+def distributed_claim(mechanism: Mapping[str, Any]) -> Spend:
+    """The noisy inputs a sum's noise is planned for, which the site's secure-sum half holds the
+    coordinator to (protocol.methods.secure_sum.SecureSumSite)."""
+    return Spend("zcdp", rho=max(sum(distributed_round_rhos(mechanism)), 1e-300), contributors=mechanism["inputs"])
 
 
 def randomly_rounded(values: np.ndarray, noise) -> np.ndarray:
@@ -190,6 +234,7 @@ class DistributedCoordinator(TailCoordinator):
         degree, threshold = graph_shape(self.method.secagg, m)
         params = SecAggParams(mech["modulus_bits"], length, degree, threshold, m, self.method.secagg["mode"])
         p = self.method.params
+        mech = self.round_mechanism(m)
         public = {"mechanism": mech, "weights": pack_tensors({"W": self.weights}), "lr": p["lr"],
                   "steps": p["local_steps"], "weight_decay": p["weight_decay"], **extra}
         phase = Phase(f"{prefix}-advertise", t)
@@ -239,6 +284,7 @@ class DistributedCoordinator(TailCoordinator):
             if "caught lying" in (aggregate.reason or ""):
                 return Outcome.aborted(f"round {t + 1}, {prefix} sum: {aggregate.reason}")
             return self._skip(t, f"{prefix} sum: {aggregate.reason}")
+        record["released"] = True  # a sum was unmasked: the round counts in the central guarantee
         mech = self.mechanism
         total = centred(aggregate.total, mech["modulus_bits"]).astype(np.float64)
         if prefix == "loss":
@@ -277,30 +323,41 @@ class DistributedSite:
         self.site, self.noise = site, noise
         self.half: SecureSumSite | None = None
         self.round = -1
-        self.computed: tuple[int, np.ndarray] | None = None
+        self.computed: tuple[int, np.ndarray] | None = None  # (loss bin, raw update) of this round
+        self.fixed, self.stage, self.prefix = b"", "", ""
 
-    def answer(self, phase: Phase, body, digest, method: str):
+    def answer(self, phase: Phase, body, digest, method: str, sums: tuple[str, ...]):
         prefix, inner = phase.name.split("-", 1)
-        if inner == "advertise":
-            if not isinstance(body, dict) or not isinstance(body.get("method"), dict):
-                raise RequestError("advertise needs {params, nonce, method}")
-            public = body["method"]
-            mechanism = checked(DISTRIBUTED, public.get("mechanism"), "advertise request.method.mechanism")
-            if prefix != "update":
-                if phase.round <= self.round:
-                    raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
-                self.round, self.computed = phase.round, None
-            elif phase.round != self.round or self.computed is None:
-                raise RequestError(f"{phase} without this round's loss sum")
-            if self.computed is None:
-                self.computed = self._compute(public, mechanism)
-            vector = self._histogram if prefix == "loss" else self._update
-            self.half = SecureSumSite(self.site.site_id, lambda pub, params: vector(mechanism, pub, params),
-                                      lambda pub: distributed_spend(phase.name, pub, method), digest,
-                                      self.site.identity)
-        elif self.half is None or phase.round != self.round:
-            raise RequestError(f"{phase} before its advertise")
-        return self.half.answer(inner, body)
+        if inner != "advertise":
+            if self.half is None or phase.round != self.round or prefix != self.prefix:
+                raise RequestError(f"{phase} before its advertise")
+            return self.half.answer(inner, body)
+        self.half = None  # a refused advertise leaves no half behind
+        prefix, mechanism, _ = checked_sum(phase.name, body, sums)
+        public = body["method"]
+        # what the round's first sum fixed, the update sum must keep: the mechanism booked, the weights
+        # and the local settings the update was computed from (only the tail's first bin is new)
+        fixed = request_key("round", mechanism, public.get("weights"), public.get("lr"), public.get("steps"),
+                            public.get("weight_decay"))
+        if prefix == "update":
+            if phase.round != self.round or self.computed is None or self.stage != "loss":
+                raise RequestError(f"{phase} without this round's loss sum, or a second update sum in one round")
+            if fixed != self.fixed:
+                raise RequestError(f"{phase} changes the round's mechanism, weights or local settings from its loss "
+                                   f"sum: refusing (the round was booked for the loss sum's)")
+        else:
+            if phase.round <= self.round:
+                raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
+            self.round, self.fixed, self.computed = phase.round, fixed, self._compute(public, mechanism)
+        self.stage, self.prefix = prefix, prefix
+        vector = self._histogram if prefix == "loss" else self._update
+        self.half = SecureSumSite(self.site.site_id, lambda pub, params: vector(mechanism, pub, params),
+                                  lambda pub: distributed_claim(mechanism), digest, self.site.identity)
+        try:
+            return self.half.answer(inner, body)
+        except RequestError:
+            self.half = None
+            raise
 
     def _compute(self, public, mechanism) -> tuple[int, np.ndarray]:
         W = self.site._weights(public)
@@ -311,7 +368,9 @@ class DistributedSite:
         from learning.tail_fl import client_losses
 
         loss = client_losses(W, self.site.X1, self.site.y)
-        return int(loss_bins(loss, mechanism["loss_bound"], mechanism["bins"])[0]), clip_updates(updates, mechanism["clip"])[0]
+        if W.size != mechanism["dimension"]:
+            raise RequestError(f"the weights have {W.size} entries, the mechanism's dimension is {mechanism['dimension']}")
+        return int(loss_bins(loss, mechanism["loss_bound"], mechanism["bins"])[0]), updates[0]
 
     def _histogram(self, mechanism, public, params: SecAggParams) -> np.ndarray:
         """Algorithm 1 / 2 lines 1-2: the one-hot (or dyadic) histogram of the loss bin, scaled by c,
@@ -331,7 +390,7 @@ class DistributedSite:
         start = public.get("tail_bin", 0)
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < mechanism["bins"]:
             raise RequestError(f"tail_bin must be a bin index, got {start!r}")
-        update = self.computed[1].ravel()
+        update = clip_updates(self.computed[1][None], mechanism["clip"])[0].ravel()  # the booked mechanism's C
         mine = randomly_rounded(mechanism["scale"] * update, self.noise) if self.computed[0] >= start \
             else np.zeros(update.size, dtype=np.int64)
         if mine.size != params.length:
