@@ -480,7 +480,7 @@ def plot(report, path: Path) -> None:
                           color=colours[label], label=None if "worst_of_means_mean" in pts[0] else label)
         floor = [f for f in report.get("floor", []) if (f["distribution"], f["n"], f["b"]) == (dist, n, b)]
         if floor:
-            axis.axhline(floor[0]["worst_mean"], color="grey", ls=":", lw=1, label="noiseless floor")
+            axis.axhline(floor[0]["worst_mean"], color="grey", ls=":", lw=1, label="noiseless floor (dashed reading)")
         marked = set()
         for quote in report.get("paper", []):
             if [dist, n, b] in report.get("paper_panels", {}).get(quote["plot"], []):
