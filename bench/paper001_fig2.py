@@ -30,7 +30,8 @@ paper's quoted points can belong to.
         [--results bench/results/paper001_fig2.json]
 writes fig2.json (every point) and fig2.png (the eight panels, the paper's quoted points marked)
 under --out, and the JSON also to --results. `make paper001-fig2` runs the default (100 runs:
-about 10 minutes on this 2-core machine); --quick (10 runs, no noise-scale sweep) about a minute.
+about 10 minutes on this 2-core machine); --quick (10 runs, no noise-scale sweep, --results not
+written) about a minute.
 The same setting as scenarios: scenarios/paper001/*.yaml (with `run.py sweep`).
 
     python bench/paper001_fig2.py --over-agents [--epsilons 1 2 5 10 20] [--out runs/paper001-fig2-agents]
@@ -76,12 +77,13 @@ EPSILONS = [1.0, 2.0, 5.0, 10.0, 20.0]
 #: what paper 001 section 4 quotes of figure 2 (its only numbers); `panels` are those ours can be:
 #: the left plot's "below 0.01 at epsilon 5" is under the noiseless floor of the worst error on
 #: every panel but uniform, n = 512, b = 64; the right plot's errors are n = 128's (docs)
-PAPER = [
-    {"plot": "left", "estimator": "flat, estimated n", "epsilon": 1.0, "value": 0.03, "text": "0.03 at epsilon = 1"},
-    {"plot": "left", "estimator": "flat, estimated n", "epsilon": 5.0, "value": 0.01, "text": "falls below 0.01 at epsilon = 5"},
-    {"plot": "left", "estimator": "hierarchical, theorem 2 as printed", "epsilon": 1.0, "value": 0.09, "text": "0.09 at epsilon = 1"},
-    {"plot": "right", "estimator": "flat, estimated n", "epsilon": 1.0, "value": 0.10, "text": "0.10 at epsilon = 1"},
-    {"plot": "right", "estimator": "hierarchical, theorem 2 as printed", "epsilon": 1.0, "value": 0.26, "text": "0.26 at epsilon = 1"},
+PAPER = [{"plot": plot_, "estimator": estimator, "epsilon": eps, "value": value, "text": text}
+         for plot_, estimator, eps, value, text in [
+             ("left", "flat, estimated n", 1.0, 0.03, "0.03 at epsilon = 1"),
+             ("left", "flat, estimated n", 5.0, 0.01, "falls below 0.01 at epsilon = 5"),
+             ("left", "hierarchical, theorem 2 as printed", 1.0, 0.09, "0.09 at epsilon = 1"),
+             ("right", "flat, estimated n", 1.0, 0.10, "0.10 at epsilon = 1"),
+             ("right", "hierarchical, theorem 2 as printed", 1.0, 0.26, "0.26 at epsilon = 1")]
 ]
 PAPER_PANELS = {"left": [("uniform", 512, 64)],
                 "right": [("uniform", 128, 64), ("uniform", 128, 32), ("chi2", 128, 64), ("chi2", 128, 32)]}
@@ -158,7 +160,8 @@ def plan(epsilon: float, n: int, b: int, estimator: str, conversion: str = "tigh
     if noise_scale != 1.0:  # c x 4 and sigma x 4k: the noise sd / c scaled by k, sigma kept >= 1/2
         public = {**public, "c": 4 * public["c"], "sigma2": public["sigma2"] * (4 * noise_scale) ** 2}
     if conversion != "tight" or noise_scale != 1.0:  # the coordinator would refuse a weaker sum than asked
-        obtained = histogram_epsilon(public["c"], n, public["sigma2"], b, histogram == "hierarchical", DELTA, accounting)
+        obtained = histogram_epsilon(public["c"], n, public["sigma2"], b, histogram == "hierarchical", DELTA,
+                                     accounting)
         method = method_for(max(epsilon, obtained * (1 + 1e-6)), b, estimator)
     return method, sizes, params, public
 
@@ -270,7 +273,8 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=EPSILONS)
     parser.add_argument("--distributions", nargs="+", default=list(DISTRIBUTIONS))
     parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--quick", action="store_true", help="10 runs and no noise-scale sweep (about a minute)")
+    parser.add_argument("--quick", action="store_true",
+                        help="10 runs and no noise-scale sweep (about a minute); --results is then not written")
     parser.add_argument("--secagg", action="store_true", help="each session through the real protocol in-process")
     parser.add_argument("--no-analysis", action="store_true", help="the figure's points only")
     parser.add_argument("--out", default="runs/paper001-fig2")
@@ -285,6 +289,9 @@ def main() -> None:
     if args.over_agents:
         return over_agents(args.epsilons, args.runs if args.runs != 100 else 10, out)
     runs = 10 if args.quick else args.runs
+    if args.quick and args.results:  # the committed results (and the docs' tables) stay the full run's
+        print(f"--quick: not writing {args.results}", flush=True)
+        args.results = None
     began = time.perf_counter()
     report = {"setting": {"B": B, "delta": DELTA, "sigma2": SIGMA2, "modulus_bits": MODULUS_BITS, "levels": LEVELS,
                           "runs": runs, "epsilons": args.epsilons, "estimators": list(ESTIMATORS),
@@ -465,8 +472,8 @@ def plot(report, path: Path) -> None:
     rows = report["points"]
     keys = sorted({(r["distribution"], r["n"], r["b"]) for r in rows}, key=lambda k: (k[0] != "uniform", -k[1], -k[2]))
     cols = min(4, len(keys))
-    fig, axes = plt.subplots((len(keys) + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.5 * ((len(keys) + cols - 1) // cols)),
-                             squeeze=False)
+    rows_ = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_, cols, figsize=(4.2 * cols, 3.5 * rows_), squeeze=False)
     colours = dict(zip(ESTIMATORS, ("C0", "C1", "C2", "C3")))
     for axis, (dist, n, b) in zip(axes.flat, keys):
         for label in ESTIMATORS:
