@@ -36,8 +36,8 @@ bench: $(VENV)/.installed
 	$(PY) bench/paper004_quantiles.py
 
 # paper 001 figure 2, all eight panels (4 estimators, epsilon 1..20, 100 runs) and the gap analysis
-# (about 10 min here; add ARGS=--quick for 10 runs, about a minute): runs/paper001-fig2/fig2.{json,png},
-# bench/results/paper001_fig2.json
+# (about 10 min here): runs/paper001-fig2/fig2.{json,png}, bench/results/paper001_fig2.json; ARGS=--quick
+# for 10 runs (about a minute, bench/results left alone)
 paper001-fig2: $(VENV)/.installed
 	$(PY) bench/paper001_fig2.py --out runs/paper001-fig2 --results bench/results/paper001_fig2.json $(ARGS)
 

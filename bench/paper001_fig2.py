@@ -15,7 +15,7 @@ CSPRNG, mod M), the ring sum is taken, and the coordinator's code (`DDGQuantile.
 it, with c and sigma^2 from the method's own planning (`session_parameters`). `--secagg` runs
 each session instead through the real protocol in-process (X25519/AES-GCM/ChaCha20 masks,
 `protocol.inprocess.run_session`), which releases the same sum (secure aggregation is exact):
-about 30 times slower. `--over-agents` runs one panel over 512 site agents (below).
+about 60 times slower. `--over-agents` runs one panel over 512 site agents (below).
 
 Per point: the mean and sd over runs of the worst error over p (the caption's metric), and, to
 test readings of the paper's text, of the error averaged over p and at the median alone; per
