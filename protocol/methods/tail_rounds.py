@@ -19,18 +19,22 @@ from protocol.noise import gaussian, release_noise
 from protocol.phases import Phase
 from results.robust_training import RobustTraining
 
-#: what a private round's request carries: the mechanism, from which the site computes its cost
-MECHANISM = {"type": "map", "fields": {
+#: what every private round's mechanism states, whoever adds the noise
+MECHANISM_FIELDS = {
     "clip": {"type": "float", "gt": 0, "finite": True},
-    "sigma_update": {"type": "float", "gt": 0, "finite": True},
     "tail": {"type": "float", "ge": 0, "lt": 1},
     "loss_bound": {"type": "float", "gt": 0, "finite": True},
     "bins": {"type": "int", "min": 2, "max": 4096},
     "hierarchical": {"type": "bool"},
-    "sigma_histogram": {"type": "float", "ge": 0, "finite": True},
     "sampling": {"type": "str", "choices": ["without_replacement", "poisson"]},
     "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
     "rounds": {"type": "int", "min": 1},
+}
+#: what a private round to a trusted curator carries: the mechanism, from which the site computes its cost
+MECHANISM = {"type": "map", "fields": {
+    **MECHANISM_FIELDS,
+    "sigma_update": {"type": "float", "gt": 0, "finite": True},
+    "sigma_histogram": {"type": "float", "ge": 0, "finite": True},
 }}
 
 

@@ -31,7 +31,7 @@ from protocol.accounting import Spend, request_key
 from protocol.codecs.tensors import pack_tensors
 from protocol.methods.base import Outcome, RequestError, Send, checked
 from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape
-from protocol.methods.tail_rounds import TailCoordinator, TailSite
+from protocol.methods.tail_rounds import MECHANISM_FIELDS, TailCoordinator, TailSite
 from protocol.noise import max_sigma2, site_discrete_gaussian
 from protocol.phases import Phase, PhaseStep, PhaseTable
 from protocol.secagg.protocol import Aggregate, SecAggParams
@@ -44,12 +44,8 @@ ROUND_OPENERS = ("round", "loss-advertise", "average-advertise")
 DISTRIBUTED_MODEL = "distributed discrete Gaussian under SecAgg+"
 #: the distributed mechanism's public parameters (the site computes its cost from these alone)
 DISTRIBUTED = {"type": "map", "fields": {
+    **MECHANISM_FIELDS,
     "noise": {"type": "str", "choices": ["distributed"]},
-    "clip": {"type": "float", "gt": 0, "finite": True},
-    "tail": {"type": "float", "ge": 0, "lt": 1},
-    "loss_bound": {"type": "float", "gt": 0, "finite": True},
-    "bins": {"type": "int", "min": 2, "max": 4096},
-    "hierarchical": {"type": "bool"},
     "scale": {"type": "float", "gt": 0, "finite": True},
     "sigma2_update": {"type": "float", "ge": 0.25, "finite": True},
     "histogram_scale": {"type": "int", "min": 1, "max": 1 << 20},
@@ -57,9 +53,6 @@ DISTRIBUTED = {"type": "map", "fields": {
     "inputs": {"type": "int", "min": 1, "max": 100_000},
     "dimension": {"type": "int", "min": 1, "max": 1 << 24},
     "modulus_bits": {"type": "int", "min": 8, "max": 62},
-    "sampling": {"type": "str", "choices": ["without_replacement", "poisson"]},
-    "sample": {"type": "int", "min": 1}, "population": {"type": "int", "min": 1},
-    "rounds": {"type": "int", "min": 1},
 }}
 
 
