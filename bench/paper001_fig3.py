@@ -321,6 +321,29 @@ def tune(args) -> tuple[dict, dict, int]:
     return tuning, {f"{label}@{eps:g}": best[(label, eps)] for label, eps in chains}, count
 
 
+def retune(args, chosen: dict) -> tuple[dict, int]:
+    """--retune COORDINATE=v1,v2,...: one more descent stage from the chosen configurations (of
+    --tuned-from or of tune), over values outside the paper's grid; `chosen` is updated in place.
+    Returns (every configuration tried with its scores, how many runs)."""
+    coordinate, values = args.retune.split("=")
+    values = [type(CENTRE[coordinate])(float(v)) for v in values.split(",")]
+    tasks, configs = [], {}
+    for key, config in chosen.items():
+        if coordinate not in config:
+            continue
+        label, eps = key.split("@")
+        configs[key] = [{**config, coordinate: v} for v in dict.fromkeys([config[coordinate], *values])]
+        for c, candidate in enumerate(configs[key]):
+            tasks.append(((key, c), 0, label, {**candidate, "epsilon": float(eps)}, args.tune_rounds))
+    results = run_tasks(tasks, args.jobs, f"retuning {coordinate}")
+    tried = {}
+    for key, candidates in configs.items():
+        scored = [(_score(results[(key, c)]), c) for c in range(len(candidates))]
+        chosen[key] = candidates[min(scored)[1]]
+        tried[key] = [{**candidates[c], "validation_p90": sc[0], "validation_mean": sc[1]} for sc, c in scored]
+    return tried, len(tasks)
+
+
 def summarise(runs: list[dict]) -> dict:
     p90 = np.array([r["test"]["p90_error"] for r in runs]) * 100
     mean = np.array([r["test"]["mean_error"] for r in runs]) * 100
@@ -351,6 +374,10 @@ def study(args) -> dict:
                   for eps in args.epsilons}
     else:
         tuning, chosen, count = tune(args)
+    if args.retune:
+        extra, more = retune(args, chosen)
+        tuning = {"before": tuning, "retune": extra}
+        count += more
     timings["tuning_s"] = time.perf_counter() - started
     timings["tuning_runs"] = count
     tasks = []
@@ -391,7 +418,7 @@ def study(args) -> dict:
                         "grid_values": GRIDS["paper" if args.grid == "descent" else args.grid], "epsilons": list(args.epsilons),
                         "tail": methods["delta_fl"][1].tail, "noise": "seeded (replayable simulation)",
                         "quick": bool(args.quick), "accounting": args.accounting,
-                        "tuned_from": args.tuned_from},
+                        "tuned_from": args.tuned_from, "retune": args.retune},
             "timings": timings, "summary": summary, "tuning": tuning, "runs": runs,
             "claims": claims(summary, args.epsilons), "paper": PAPER}
 
@@ -424,8 +451,13 @@ def docs_table(result: dict) -> str:
     mean error (mean ± sd over runs, percent), the tuned hyperparameters and the mechanism; then
     section 5's claims beside ours."""
     summary, setting = result["summary"], result["setting"]
+    variant = ""
+    if setting.get("accounting") == "poisson":
+        variant += "; the private methods with sampling: poisson (the counterfactual)"
+    if setting.get("retune"):
+        variant += f"; {setting['retune'].split('=')[0]} retuned over {setting['retune'].split('=')[1]} too"
     lines = [f"Test clients' errors in percent, mean ± sd over {setting['runs']} runs "
-             f"({setting['sites']} sites, {setting['training']} training, {setting['rounds']} rounds):", "",
+             f"({setting['sites']} sites, {setting['training']} training, {setting['rounds']} rounds{variant}):", "",
              "| epsilon | method | p90 error | mean error | C | B | b | r | sigma (sum) | sigma_q | rho / round "
              "| epsilon central | epsilon site max |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -565,6 +597,8 @@ def main(argv=None) -> int:
                         help="poisson: the private methods with sampling: poisson (each client with "
                              "probability m / n, one added or removed: the setting of the paper's bound [27])")
     parser.add_argument("--tuned-from", default=None, help="take the tuned hyperparameters from this results JSON")
+    parser.add_argument("--retune", default=None, metavar="COORDINATE=v1,v2",
+                        help="one more tuning stage over these values (e.g. loss_bound=2,2.5,3), then the runs")
     parser.add_argument("--table", action="store_true", help="print the docs' tables from --results and stop")
     parser.add_argument("--live", action="store_true", help="one configuration through the live runtime")
     parser.add_argument("--live-method", default="dp_delta_fl_flat", choices=LABELS)
@@ -588,7 +622,8 @@ def main(argv=None) -> int:
         return 0 if result["equal"] else 1
     if args.quick:
         args.grid, args.tune_rounds, args.runs, args.epsilons = "coarse", 200, 2, [5.0, 20.0]
-    suffix = ("_quick" if args.quick else "") + ("_poisson" if args.accounting == "poisson" else "")
+    suffix = (("_quick" if args.quick else "") + ("_poisson" if args.accounting == "poisson" else "")
+              + (f"_{args.retune.split('=')[0]}" if args.retune else ""))
     results = Path(args.results) if args.results else RESULTS.with_name(f"paper001_fig3{suffix}.json")
     figure = Path(args.figure) if args.figure else results.with_suffix(".png")
     started = time.perf_counter()
