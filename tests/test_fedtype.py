@@ -31,22 +31,23 @@ from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_o
 # -- the tensor codec ----------------------------------------------------------------------------
 
 
-def test_tensors_round_trip_bit_exact_in_both_precisions_and_count_their_bits():
+def test_tensors_round_trip_bit_exact_in_every_precision_and_count_their_bits():
     rng = np.random.default_rng(0)
-    sent = {"a.weight": rng.normal(size=(3, 4)).astype(np.float16), "a.bias": rng.normal(size=4).astype(np.float32)}
+    sent = {"a.weight": rng.normal(size=(3, 4)).astype(np.float16), "a.bias": rng.normal(size=4).astype(np.float32),
+            "w": rng.normal(size=(2, 3))}  # float64: paper 001's linear model, the same bits on both paths
     body = Tensors().encode({"tensors": sent, "metrics": {"train": 7, "accuracy": 0.5}})
     back = Tensors().decode(msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False))
     for name, array in sent.items():
         assert back["tensors"][name].dtype == array.dtype and back["tensors"][name].tobytes() == array.tobytes()
     assert back["metrics"] == {"train": 7, "accuracy": 0.5}
-    assert Tensors().information_bits(back) == 16 * 12 + 32 * 4 + 64 * 2
-    with pytest.raises(ValueError, match="float16 or float32"):
-        pack_tensors({"x": np.zeros(2)})  # float64 is not a wire precision
+    assert Tensors().information_bits(back) == 16 * 12 + 32 * 4 + 64 * 6 + 64 * 2
+    with pytest.raises(ValueError, match="float16, float32 or float64"):
+        pack_tensors({"x": np.zeros(2, dtype=np.int64)})  # integers are not a wire precision
 
 
 @pytest.mark.parametrize("bad, words", [
     ({"tensors": [], "metrics": {}, "extra": 1}, "'tensors' and 'metrics'"),
-    ({"tensors": [["w", "f8", [1], b"\0" * 8]], "metrics": {}}, "dtype"),
+    ({"tensors": [["w", "i8", [1], b"\0" * 8]], "metrics": {}}, "dtype"),
     ({"tensors": [["w", "f4", [2], b"\0" * 4]], "metrics": {}}, "needs 8 bytes"),
     ({"tensors": [["w", "f4", [1], np.float32(np.nan).tobytes()]], "metrics": {}}, "NaN"),
     ({"tensors": [["w", "f4", [1], b"\0" * 4], ["w", "f4", [1], b"\0" * 4]], "metrics": {}}, "twice"),
