@@ -114,7 +114,7 @@ def test_the_fast_paths_world_is_the_scenarios(bench):
     assert list(test) == list(range(65, 80))
 
 
-@pytest.mark.parametrize("name", ["paper001_fig3"])
+@pytest.mark.parametrize("name", ["paper001_fig3", "paper001_fig3_poisson", "paper001_fig3_loss_bound"])
 def test_the_docs_tables_are_the_committed_results(bench, name):
     """docs/private-training.md's figure 3 tables are bench/results/<name>.json's, as
     bench.docs_table writes them: the figure, the Poisson-sampling counterfactual and the loss
