@@ -45,7 +45,7 @@ def client_gradients(W: np.ndarray, X1: np.ndarray, y: np.ndarray) -> np.ndarray
     W: one model (d + 1, k) or one per client (clients, d + 1, k)."""
     probabilities = np.exp(_log_softmax(X1 @ W))
     probabilities[np.arange(y.shape[0])[:, None], np.arange(y.shape[1])[None, :], y.astype(np.int64)] -= 1.0
-    return np.einsum("cnd,cnk->cdk", X1, probabilities) / y.shape[1]
+    return (np.swapaxes(X1, -1, -2) @ probabilities) / y.shape[1]
 
 
 def local_updates(W: np.ndarray, X1: np.ndarray, y: np.ndarray, lr: float, steps: int = 1,
