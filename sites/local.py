@@ -22,11 +22,12 @@ policy of `noise: seeded` gives it the Generator replayable from the scenario se
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 
 from models.base import in_site_process
-from protocol.accounting import Budget, BudgetExceeded, SiteAccount, record_ids
+from protocol.accounting import Budget, BudgetExceeded, SiteAccount, record_ids, request_key
 from protocol.codecs import PayloadError
 from protocol.methods import METHODS, RequestError
 from protocol.noise import PrivacyNoise
@@ -117,8 +118,11 @@ class SiteLocal:
             spend = method.spend(phase, body)
         except RequestError as exc:  # a claim the site cannot back: refused, and kept in its account
             self._refuse(session, method_name, str(exc))
-        # a training's round is booked amplified by its sampling only if this site's policy trusts it
+        # a training's round is booked amplified by its sampling only if this site's policy trusts it,
+        # and a training is one session's: the same mechanism in another session is another training
         spend = self.policy.booked(spend)
+        if spend is not None and spend.kind == "zcdp" and spend.key:
+            spend = replace(spend, key=request_key(spend.key, "session", session))
         refusal = self.policy.refusal(method_name, spend, self.account.budget.delta)
         if refusal is not None:
             self._refuse(session, method_name, refusal)

@@ -110,7 +110,11 @@ def test_a_round_is_booked_once_at_its_first_sum(sites):
 
     body = kept["body"]
     spend = METHODS["dp_delta_fl"].spend(Phase("loss-advertise", 0), body)
-    assert spend.kind == "zcdp" and spend.rho == pytest.approx(sum(distributed_round_rhos(body["method"]["mechanism"])))
+    mechanism = body["method"]["mechanism"]
+    # booked per record: one record changed moves the update anywhere in its C-ball (twice the
+    # sensitivity of a client added or removed) and the loss bin from one bin to another
+    assert spend.kind == "zcdp" and spend.rho == pytest.approx(sum(distributed_round_rhos(mechanism, records=True)))
+    assert spend.rho > 3 * sum(distributed_round_rhos(mechanism))
     update = copy.deepcopy(body)
     update["params"]["length"] = body["method"]["mechanism"]["dimension"]
     assert METHODS["dp_delta_fl"].spend(Phase("update-advertise", 0), update) is None
@@ -124,3 +128,61 @@ def test_setup_answers_the_same_whatever_the_labels():
         half = METHODS["dp_fedavg"].site(rows, np.random.default_rng(0), "site-00")
         answers.append(half.answer(Phase("setup"), {"classes": classes}))
     assert all(a == answers[0] for a in answers)
+
+
+def test_a_refused_loss_sum_opens_no_round_for_an_update_sum(sites):
+    """A loss sum the site refuses (here a nonce that is not a number) books nothing: an update sum
+    that follows it would be released unbooked, so it is refused too."""
+    method = METHODS["dp_delta_fl"](0.1, bins=8, loss_bound=2.0, **COMMON)
+
+    def bad_nonce(body):
+        body["nonce"] = "x"
+        return body
+
+    outcome, refusals = attacked(method, sites, "loss-advertise-0", bad_nonce)
+    assert {phase for phase, _ in refusals} == {"loss-advertise-0"}  # the honest half then skips the round
+    half = METHODS["dp_delta_fl"].site(sites["site-00"], SeededNoise(np.random.PCG64(0)), "site-00")
+    half.identity = identities_in_memory(sorted(sites))["site-00"]
+    half.answer(Phase("setup"), {"classes": 4})
+    kept = {}
+    attacked(method, sites, "loss-advertise-0", lambda body: kept.setdefault("loss", copy.deepcopy(body)) and body)
+    loss = copy.deepcopy(kept["loss"])
+    loss["nonce"] = "x"
+    with pytest.raises(RequestError):
+        half.answer(Phase("loss-advertise", 0), loss)
+    update = copy.deepcopy(kept["loss"])
+    update["params"]["length"] = update["method"]["mechanism"]["dimension"]
+    update["method"]["tail_bin"] = 0
+    with pytest.raises(RequestError, match="without this round's loss sum"):
+        half.answer(Phase("update-advertise", 0), update)
+
+
+def test_rounds_beyond_the_training_and_populations_beyond_the_registry_are_refused(sites):
+    method = METHODS["dp_fedavg"](0.1, **COMMON)
+    _, refusals = attacked(method, sites, "average-advertise-0", with_mechanism(population=10**6))
+    assert refusals and all("the party registry lists 8" in r for _, r in refusals)
+    _, refusals = attacked(method, sites, "average-advertise-1", with_mechanism(rounds=1))
+    assert refusals and all("beyond the 1 rounds its training states" in r for _, r in refusals)
+
+
+def test_a_private_round_states_its_noise_and_the_site_books_per_record():
+    from protocol.methods.tail_rounds import round_rho
+
+    with pytest.raises(RequestError, match="no mechanism"):
+        METHODS["dp_delta_fl"].spend(Phase("round", 0), {"weights": [], "lr": 0.1, "steps": 1, "weight_decay": 0.0})
+    mechanism = {"clip": 1.0, "sigma_update": 2.0, "tail": 0.0, "loss_bound": 1.0, "bins": 2, "hierarchical": False,
+                 "sigma_histogram": 0.0, "sampling": "poisson", "sample": 10, "population": 100, "rounds": 5}
+    spend = METHODS["dp_fedavg"].spend(Phase("round", 0), {"mechanism": mechanism})
+    assert spend.rho == pytest.approx(4 * round_rho(mechanism)) and spend.curator
+
+
+def test_evaluate_answers_once_with_the_error_only():
+    rows = label_sites(count=1, held=0)["site-00"]
+    half = METHODS["dp_fedavg"].site(rows, np.random.default_rng(0), "site-00")
+    half.answer(Phase("setup"), {"classes": 4})
+    from protocol.codecs.tensors import pack_tensors
+
+    body = {"weights": pack_tensors({"W": np.zeros((6, 4))})}
+    assert set(half.answer(Phase("evaluate"), body)["metrics"]) == {"error"}
+    with pytest.raises(RequestError, match="twice"):
+        half.answer(Phase("evaluate"), body)

@@ -45,10 +45,10 @@ def test_a_site_refuses_the_rounds_its_budget_cannot_pay_for(run):
     rows, rounds, privacy, events = run
     refusals = [e for e in events if e["event"] == "dropout" and "privacy budget" in e.get("reason", "")]
     assert refusals, "no site ran out of budget"
-    assert all("over its budget 6" in e["reason"] and "unamplified" in e["reason"] for e in refusals)
+    assert all("over its budget 16" in e["reason"] and "unamplified" in e["reason"] for e in refusals)
     totals = [r for r in privacy if r["method"] == "total"]
     assert any(int(r["refused"]) > 0 for r in totals)
-    assert max(float(r["epsilon_composed"]) for r in totals) <= 6.0 + 1e-9
+    assert max(float(r["epsilon_composed"]) for r in totals) <= 16.0 + 1e-9
     # a round whose sites refused below the planned noise asks nothing more and says so
     short = [r for r in rounds if r["skipped"]]
     assert short and all("noise shortfall" in r["skipped"] for r in short)

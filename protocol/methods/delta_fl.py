@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from protocol.accounting import Spend, request_key
-from protocol.methods.base import CoordinatorHalf, Method, checked
+from protocol.methods.base import CoordinatorHalf, Method, RequestError, checked
 from protocol.methods.learning_rounds import MAX_ROUNDS
 from protocol.methods.secure_sum import SECAGG_SPEC
 from protocol.methods.tail_rounds import (CURATOR_MODEL, MECHANISM, TailCoordinator, TailSite,
@@ -77,7 +77,7 @@ QUANTILE = {
 def central_mechanism_spend(mechanism: dict, method: str) -> Spend:
     """A round to a trusted curator: its rho (claim 13 corrected), its training's sampling as the
     request states it, the release marked as going in the clear to the curator."""
-    return Spend("zcdp", rho=round_rho(mechanism), model=CURATOR_MODEL, curator=True,
+    return Spend("zcdp", rho=round_rho(mechanism, records=True), model=CURATOR_MODEL, curator=True,
                  sampling=mechanism["sampling"], sample=mechanism["sample"], population=mechanism["population"],
                  rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))
 
@@ -135,6 +135,8 @@ class TailMethod(Method):
             return distributed_spend(name, body, cls.name, cls.sums)
         mechanism = body.get("mechanism") if isinstance(body, dict) else None
         if mechanism is None:
+            if cls.private:  # a private method's round always states its noise
+                raise RequestError(f"{cls.name}: a round with no mechanism would release the update in the clear")
             return Spend("none", model="the loss and local update in the clear")
         return central_mechanism_spend(checked(MECHANISM, mechanism, "request.mechanism"), cls.name)
 

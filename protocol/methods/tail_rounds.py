@@ -57,18 +57,22 @@ def histogram_sensitivity2(bins: int, hierarchical: bool) -> float:
     return math.log2(bins) if hierarchical else 1.0
 
 
-def round_rho(mechanism: dict) -> float:
+def round_rho(mechanism: dict, records: bool = False) -> float:
     """One round's zCDP, claim 13 corrected (paper 001 appendix B.2; zCDP adds): the update sum's
     C^2 / (2 sigma^2) plus, when the round releases a loss histogram (tail > 0), its
-    S^2 / (2 sigma_q^2). The printed claim has the Gaussian term inverted (sigma_w^2 / 2C^2)."""
+    S^2 / (2 sigma_q^2). The printed claim has the Gaussian term inverted (sigma_w^2 / 2C^2).
+    That is a client added or removed (the paper's guarantee, the run's central figure); a site's
+    account is per record (protocol.accounting), and one record changed moves the site's clipped
+    update anywhere in the C-ball (2C apart: 4 times the update's rho) and its loss bin from one
+    bin to another (twice the histogram's): `records` gives that, what a site books."""
     from protocol.rounds_privacy import gaussian_sum_rho
 
-    rho = gaussian_sum_rho(mechanism["clip"], mechanism["sigma_update"])
+    rho = gaussian_sum_rho(mechanism["clip"], mechanism["sigma_update"]) * (4.0 if records else 1.0)
     if mechanism["tail"] > 0:
         if mechanism["sigma_histogram"] <= 0:
             raise RequestError("a loss histogram with no noise (sigma_histogram 0) is not private")
         rho += histogram_sensitivity2(mechanism["bins"], mechanism["hierarchical"]) / (
-            2.0 * mechanism["sigma_histogram"] ** 2)
+            2.0 * mechanism["sigma_histogram"] ** 2) * (2.0 if records else 1.0)
     return rho
 
 
@@ -294,6 +298,7 @@ class TailSite(SiteHalf):
         self.labels = rows[:, -1]
         self.classes = 0
         self.round = -1
+        self.evaluated = False
         self.site_id, self.method, self.sum_kinds = site_id, method, sums
         self.identity = None  # the site's signing key and registry: its driver sets it
         self.sums = DistributedSite(self, rng)
@@ -319,9 +324,11 @@ class TailSite(SiteHalf):
             return self.sums.answer(phase, body, lambda received: self.digest(phase, received), self.method,
                                     self.sum_kinds)
         W = self._weights(body)
-        if phase.name == "evaluate":
-            return {"tensors": {}, "metrics": {"error": float(misclassification(W, self.X1, self.y)[0]),
-                                               "loss": float(client_losses(W, self.X1, self.y)[0])}}
+        if phase.name == "evaluate":  # once a session, the error only (the final model's, on held-out data)
+            if self.evaluated:
+                raise RequestError("evaluate twice in one session")
+            self.evaluated = True
+            return {"tensors": {}, "metrics": {"error": float(misclassification(W, self.X1, self.y)[0])}}
         if phase.round <= self.round:
             raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
         self.round = phase.round

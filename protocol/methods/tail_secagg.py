@@ -46,10 +46,10 @@ DISTRIBUTED_MODEL = "distributed discrete Gaussian under SecAgg+"
 DISTRIBUTED = {"type": "map", "fields": {
     **MECHANISM_FIELDS,
     "noise": {"type": "str", "choices": ["distributed"]},
-    "scale": {"type": "float", "gt": 0, "finite": True},
-    "sigma2_update": {"type": "float", "ge": 0.25, "finite": True},
+    "scale": {"type": "float", "gt": 0, "le": 2.0 ** 50, "finite": True},
+    "sigma2_update": {"type": "float", "ge": 0.25, "le": 1e36, "finite": True},
     "histogram_scale": {"type": "int", "min": 1, "max": 1 << 20},
-    "sigma2_histogram": {"type": "float", "ge": 0.25, "finite": True},
+    "sigma2_histogram": {"type": "float", "ge": 0.25, "le": 1e36, "finite": True},
     "inputs": {"type": "int", "min": 1, "max": 100_000},
     "dimension": {"type": "int", "min": 1, "max": 1 << 24},
     "modulus_bits": {"type": "int", "min": 8, "max": 62},
@@ -83,16 +83,26 @@ def update_sensitivities(scale: float, clip: float, dimension: int) -> tuple[flo
     return scale * clip + math.sqrt(dimension), math.sqrt(dimension) * scale * clip + dimension
 
 
-def distributed_round_rhos(mechanism: Mapping[str, Any]) -> tuple[float, float]:
+def distributed_round_rhos(mechanism: Mapping[str, Any], records: bool = False) -> tuple[float, float]:
     """(rho of the loss sum, rho of the update sum) of one round over `inputs` noisy inputs:
-    lemma 9 / theorems 1-2 (paper 001), rho = eps^2 / 2; the loss sum costs nothing when tail = 0."""
+    lemma 9 / theorems 1-2 (paper 001), rho = eps^2 / 2; the loss sum costs nothing when tail = 0.
+    A client added or removed (the paper's guarantee); `records`: one of a site's records changed,
+    what its account books (tail_rounds.round_rho): the rounded update moves by up to twice its
+    norm bound (S2 and S1 doubled), the loss histogram from one bin to another (flat: S2 sqrt(2) c,
+    S1 2c; hierarchical: one node changed on each side of every level)."""
     inputs, d = mechanism["inputs"], mechanism["dimension"]
     s2, s1 = update_sensitivities(mechanism["scale"], mechanism["clip"], d)
-    rho_update = ddg_concentrated_epsilon(s2, inputs, mechanism["sigma2_update"], d, l1_sensitivity=s1) ** 2 / 2
+    k = 2.0 if records else 1.0
+    rho_update = ddg_concentrated_epsilon(k * s2, inputs, mechanism["sigma2_update"], d, l1_sensitivity=k * s1) ** 2 / 2
     rho_loss = 0.0
     if mechanism["tail"] > 0:
-        rho_loss = histogram_concentrated_epsilon(mechanism["histogram_scale"], inputs, mechanism["sigma2_histogram"],
-                                                  mechanism["bins"], mechanism["hierarchical"]) ** 2 / 2
+        from stats.ddg import histogram_sensitivities
+
+        c, bins = mechanism["histogram_scale"], mechanism["bins"]
+        h2, h1, dh = histogram_sensitivities(c, bins, mechanism["hierarchical"])
+        if records:
+            h2, h1 = math.sqrt(2.0) * h2, 2.0 * h1
+        rho_loss = ddg_concentrated_epsilon(h2, inputs, mechanism["sigma2_histogram"], dh, l1_sensitivity=h1) ** 2 / 2
     return rho_loss, rho_update
 
 
@@ -169,7 +179,7 @@ def checked_sum(phase_name: str, body: Any, sums: tuple[str, ...]) -> tuple[str,
     sample = mechanism["sample"]
     if mechanism["sampling"] == "without_replacement" and sites != sample:
         raise RequestError(f"the mechanism claims a sample of {sample} without replacement, the session asks {sites}")
-    if mechanism["sampling"] == "poisson" and abs(sites - sample) > 8 * math.sqrt(sample) + 8:
+    if mechanism["sampling"] == "poisson" and abs(sites - sample) > 8 * math.sqrt(max(sample, sites)) + 8:
         raise RequestError(f"the mechanism claims Poisson samples of {sample} on average, the session asks {sites}")
     return prefix, mechanism, dict(params)
 
@@ -183,7 +193,13 @@ def distributed_spend(phase_name: str, body: Any, method: str, sums: tuple[str, 
     prefix, mechanism, _ = checked_sum(phase_name, body, sums)
     if prefix == "update":
         return None
-    return Spend("zcdp", rho=sum(distributed_round_rhos(mechanism)),
+    try:
+        rho = sum(distributed_round_rhos(mechanism, records=True))
+    except (OverflowError, ValueError) as exc:
+        raise RequestError(f"the mechanism's cost cannot be computed: {exc}") from None
+    if not 0 < rho < math.inf:
+        raise RequestError(f"the mechanism's cost per round is rho {rho!r}: refusing")
+    return Spend("zcdp", rho=rho,
                  model=f"{DISTRIBUTED_MODEL} over {mechanism['inputs']} inputs", contributors=mechanism["inputs"],
                  sampling=mechanism["sampling"], sample=mechanism["sample"], population=mechanism["population"],
                  rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))
@@ -327,6 +343,12 @@ class DistributedSite:
             return self.half.answer(inner, body)
         self.half = None  # a refused advertise leaves no half behind
         prefix, mechanism, _ = checked_sum(phase.name, body, sums)
+        if phase.round >= mechanism["rounds"]:
+            raise RequestError(f"{phase} beyond the {mechanism['rounds']} rounds its training states")
+        peers = self.site.identity.peers() if self.site.identity is not None else {}
+        if peers and mechanism["population"] > len(peers):
+            raise RequestError(f"the mechanism claims a population of {mechanism['population']} sites, the party "
+                               f"registry lists {len(peers)}")
         public = body["method"]
         # what the round's first sum fixed, the update sum must keep: the mechanism booked, the weights
         # and the local settings the update was computed from (only the tail's first bin is new)
@@ -338,19 +360,20 @@ class DistributedSite:
             if fixed != self.fixed:
                 raise RequestError(f"{phase} changes the round's mechanism, weights or local settings from its loss "
                                    f"sum: refusing (the round was booked for the loss sum's)")
+            computed = self.computed
         else:
             if phase.round <= self.round:
                 raise RequestError(f"{phase} after round-{self.round}: rounds only go forward")
-            self.round, self.fixed, self.computed = phase.round, fixed, self._compute(public, mechanism)
-        self.stage, self.prefix = prefix, prefix
+            computed = self._compute(public, mechanism)
         vector = self._histogram if prefix == "loss" else self._update
-        self.half = SecureSumSite(self.site.site_id, lambda pub, params: vector(mechanism, pub, params),
-                                  lambda pub: distributed_claim(mechanism), digest, self.site.identity)
-        try:
-            return self.half.answer(inner, body)
-        except RequestError:
-            self.half = None
-            raise
+        half = SecureSumSite(self.site.site_id, lambda pub, params: vector(mechanism, pub, params, computed),
+                             lambda pub: distributed_claim(mechanism), digest, self.site.identity)
+        answer = half.answer(inner, body)
+        # only an advertise answered (and so booked by the site) opens the round: a refused loss sum
+        # leaves nothing for an update sum to follow
+        self.half, self.round, self.fixed, self.computed = half, phase.round, fixed, computed
+        self.stage = self.prefix = prefix
+        return answer
 
     def _compute(self, public, mechanism) -> tuple[int, np.ndarray]:
         W = self.site._weights(public)
@@ -365,26 +388,26 @@ class DistributedSite:
             raise RequestError(f"the weights have {W.size} entries, the mechanism's dimension is {mechanism['dimension']}")
         return int(loss_bins(loss, mechanism["loss_bound"], mechanism["bins"])[0]), updates[0]
 
-    def _histogram(self, mechanism, public, params: SecAggParams) -> np.ndarray:
+    def _histogram(self, mechanism, public, params: SecAggParams, computed) -> np.ndarray:
         """Algorithm 1 / 2 lines 1-2: the one-hot (or dyadic) histogram of the loss bin, scaled by c,
         plus N_Z(0, sigma_q^2) per entry, mod M."""
         from stats.ddg import hierarchical_from_flat
 
         flat = np.zeros(mechanism["bins"], dtype=np.int64)
-        flat[self.computed[0]] = 1
+        flat[computed[0]] = 1
         counts = hierarchical_from_flat(flat) if mechanism["hierarchical"] else flat
         noise = site_discrete_gaussian(self.noise, mechanism["sigma2_histogram"], counts.size)
         return to_ring(mechanism["histogram_scale"] * counts + noise, params.modulus_bits)
 
-    def _update(self, mechanism, public, params: SecAggParams) -> np.ndarray:
+    def _update(self, mechanism, public, params: SecAggParams, computed) -> np.ndarray:
         """Algorithm 4 line 10 under distributed noise: the clipped update, if this site's loss bin is
         in the tail (every site under DP-FedAvg), scaled and randomly rounded; plus N_Z(0, sigma_w^2)
         per coordinate, mod M."""
         start = public.get("tail_bin", 0)
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < mechanism["bins"]:
             raise RequestError(f"tail_bin must be a bin index, got {start!r}")
-        update = clip_updates(self.computed[1][None], mechanism["clip"])[0].ravel()  # the booked mechanism's C
-        mine = randomly_rounded(mechanism["scale"] * update, self.noise) if self.computed[0] >= start \
+        update = clip_updates(computed[1][None], mechanism["clip"])[0].ravel()  # the booked mechanism's C
+        mine = randomly_rounded(mechanism["scale"] * update, self.noise) if computed[0] >= start \
             else np.zeros(update.size, dtype=np.int64)
         if mine.size != params.length:
             raise RequestError(f"my update has {mine.size} entries, the sum expects {params.length}")
