@@ -186,3 +186,22 @@ def test_evaluate_answers_once_with_the_error_only():
     assert set(half.answer(Phase("evaluate"), body)["metrics"]) == {"error"}
     with pytest.raises(RequestError, match="twice"):
         half.answer(Phase("evaluate"), body)
+
+
+def test_a_poisson_sample_far_from_the_sites_asked_is_refused(sites):
+    method = METHODS["dp_fedavg"](0.1, sampling="poisson", dropouts=0, **{**COMMON, "clients_per_round": 3})
+    _, refusals = attacked(method, sites, "average-advertise-0", with_mechanism(sample=1, population=8))
+    assert not refusals or all("Poisson samples of 1" in r for _, r in refusals)
+    body = {"params": {"length": 24, "sites": 12}, "nonce": 1,
+            "method": {"mechanism": {"noise": "distributed", "clip": 1.0, "tail": 0.0, "loss_bound": 1.0, "bins": 2,
+                                     "hierarchical": False, "scale": 100.0, "sigma2_update": 1e4,
+                                     "histogram_scale": 1, "sigma2_histogram": 1.0, "inputs": 5, "dimension": 24,
+                                     "modulus_bits": 32, "sampling": "poisson", "sample": 1, "population": 20,
+                                     "rounds": 2}}}
+    with pytest.raises(RequestError, match="Poisson samples of 1 on average, the session asks 12"):
+        METHODS["dp_fedavg"].spend(Phase("average-advertise", 0), body)
+    body["method"]["mechanism"]["sample"] = 10
+    assert METHODS["dp_fedavg"].spend(Phase("average-advertise", 0), body).rho > 0
+    body["method"]["mechanism"]["scale"] = 1e300  # a cost beyond any float: refused, not a crash
+    with pytest.raises(RequestError):
+        METHODS["dp_fedavg"].spend(Phase("average-advertise", 0), body)

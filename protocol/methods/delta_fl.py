@@ -75,8 +75,11 @@ QUANTILE = {
 
 
 def central_mechanism_spend(mechanism: dict, method: str) -> Spend:
-    """A round to a trusted curator: its rho (claim 13 corrected), its training's sampling as the
-    request states it, the release marked as going in the clear to the curator."""
+    """A round to a trusted curator: its rho (claim 13 corrected, per record), its training's
+    sampling as the request states it (the curator's word: it is trusted with the clear updates),
+    the release marked as going in the clear to the curator."""
+    if mechanism["sample"] > mechanism["population"] and mechanism["sampling"] != "poisson":
+        raise RequestError(f"a sample of {mechanism['sample']} from a population of {mechanism['population']}")
     return Spend("zcdp", rho=round_rho(mechanism, records=True), model=CURATOR_MODEL, curator=True,
                  sampling=mechanism["sampling"], sample=mechanism["sample"], population=mechanism["population"],
                  rounds=mechanism["rounds"], key=request_key(method, "training", mechanism))

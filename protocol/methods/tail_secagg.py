@@ -47,9 +47,9 @@ DISTRIBUTED = {"type": "map", "fields": {
     **MECHANISM_FIELDS,
     "noise": {"type": "str", "choices": ["distributed"]},
     "scale": {"type": "float", "gt": 0, "le": 2.0 ** 50, "finite": True},
-    "sigma2_update": {"type": "float", "ge": 0.25, "le": 1e36, "finite": True},
+    "sigma2_update": {"type": "float", "ge": 0.25, "le": max_sigma2(), "finite": True},
     "histogram_scale": {"type": "int", "min": 1, "max": 1 << 20},
-    "sigma2_histogram": {"type": "float", "ge": 0.25, "le": 1e36, "finite": True},
+    "sigma2_histogram": {"type": "float", "ge": 0.25, "le": max_sigma2(), "finite": True},
     "inputs": {"type": "int", "min": 1, "max": 100_000},
     "dimension": {"type": "int", "min": 1, "max": 1 << 24},
     "modulus_bits": {"type": "int", "min": 8, "max": 62},
@@ -155,7 +155,7 @@ def checked_sum(phase_name: str, body: Any, sums: tuple[str, ...]) -> tuple[str,
     update for DP-Δ-FL; average for DP-FedAvg), the mechanism's tail agrees with the sum, the vector
     the sum asks for is the mechanism's (the histogram's length, or the update's `dimension`: the
     sensitivity the site books rests on it), and the sample it claims is the session's (without
-    replacement, the m sites the session asked; Poisson, within 8 standard deviations of the claimed
+    replacement, the m sites the session asked; Poisson, within 6 standard deviations of the claimed
     mean). RequestError names what does not hold."""
     prefix = phase_name.split("-")[0]
     if prefix not in sums:
@@ -179,7 +179,7 @@ def checked_sum(phase_name: str, body: Any, sums: tuple[str, ...]) -> tuple[str,
     sample = mechanism["sample"]
     if mechanism["sampling"] == "without_replacement" and sites != sample:
         raise RequestError(f"the mechanism claims a sample of {sample} without replacement, the session asks {sites}")
-    if mechanism["sampling"] == "poisson" and abs(sites - sample) > 8 * math.sqrt(max(sample, sites)) + 8:
+    if mechanism["sampling"] == "poisson" and abs(sites - sample) > 6 * math.sqrt(sample) + 3:
         raise RequestError(f"the mechanism claims Poisson samples of {sample} on average, the session asks {sites}")
     return prefix, mechanism, dict(params)
 
