@@ -35,14 +35,28 @@ from protocol.secagg.graph import default_degree, default_threshold
 from protocol.phases import PhaseStep, PhaseTable
 from protocol.secagg.identity import SiteIdentity
 from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MALFORMED, MODES,
-                                      OTHER_GRAPH, REPLAYED, SHORT_OF_CLAIM, Aggregate, SecAggClient, SecAggParams,
-                                      SecAggRefusal, SecAggServer)
+                                      OTHER_GRAPH, PHASE_TABLE, REPLAYED, SHORT_OF_CLAIM, Aggregate, SecAggClient,
+                                      SecAggParams, SecAggRefusal, SecAggServer)
 
-#: a secure sum's phases (protocol.secagg.protocol.PHASE_TABLE): the consistency round comes
-#: between mask and unmask in the active mode only
-SECURE_SUM_PHASES = PhaseTable(PhaseStep("advertise", ("share",)), PhaseStep("share", ("mask",)),
-                               PhaseStep("mask", ("consistency", "unmask")), PhaseStep("consistency", ("unmask",)),
-                               PhaseStep("unmask"))
+def secure_sum_steps(prefix: str = "", then_last: tuple[str, ...] = (), then_any: tuple[str, ...] = (),
+                     numbered: bool = False, opens: bool = False) -> list[PhaseStep]:
+    """A secure sum's rows for a method's phase table, read from the one table of the protocol
+    (protocol.secagg.protocol.PHASE_TABLE: each phase and what follows it in either mode, the
+    consistency round between mask and unmask in the active mode only). `prefix` names a sum among
+    several in one session ("loss" gives loss-advertise, ...); `then_last`: what may follow its last
+    phase; `then_any`: what may follow any of its phases (a method that goes on when a sum stops);
+    `numbered`, `opens`: a sum repeated each round, whose first phase opens the round."""
+    name = (lambda phase: f"{prefix}-{phase}") if prefix else (lambda phase: phase)
+    steps = []
+    for index, (phase, _, *following) in enumerate(PHASE_TABLE):
+        nexts = tuple(dict.fromkeys(name(p) for p in following if p is not None))
+        steps.append(PhaseStep(name(phase), nexts + (then_last if not nexts else ()) + then_any,
+                               numbered=numbered, opens=opens and index == 0))
+    return steps
+
+
+#: a secure sum's phases as one session: the protocol's own table
+SECURE_SUM_PHASES = PhaseTable(*secure_sum_steps())
 
 
 #: the `secagg` parameter of a method that sums through SecAgg+ (its neighbour graph)

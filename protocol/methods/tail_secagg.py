@@ -30,16 +30,17 @@ from learning.tail_fl import clip_updates, histogram_length, loss_bins, tail_sta
 from protocol.accounting import Spend, request_key
 from protocol.codecs.tensors import pack_tensors
 from protocol.methods.base import Outcome, RequestError, Send, checked
-from protocol.methods.secure_sum import SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape
+from protocol.methods.secure_sum import (SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape,
+                                        secure_sum_steps)
 from protocol.methods.tail_rounds import MECHANISM_FIELDS, TailCoordinator, TailSite
 from protocol.noise import max_sigma2, site_discrete_gaussian
 from protocol.phases import Phase, PhaseStep, PhaseTable
-from protocol.secagg.protocol import Aggregate, SecAggParams
+from protocol.secagg.protocol import PHASE_TABLE, Aggregate, SecAggParams
 from stats.ddg import (centred, ddg_concentrated_epsilon, estimated_cdf, hierarchical_cumulative,
                        histogram_concentrated_epsilon, to_ring)
 
 SUMS = ("loss", "update", "average")  # loss then update (DP-Δ-FL), or average (DP-FedAvg)
-INNER = ("advertise", "share", "mask", "consistency", "unmask")
+INNER = tuple(row[0] for row in PHASE_TABLE)  # a sum's own phases, as the protocol's table has them
 ROUND_OPENERS = ("round", "loss-advertise", "average-advertise")
 DISTRIBUTED_MODEL = "distributed discrete Gaussian under SecAgg+"
 #: the distributed mechanism's public parameters (the site computes its cost from these alone)
@@ -62,15 +63,9 @@ def tail_phase_table(rounds: int) -> PhaseTable:
     (a sum that could not be unmasked skips its round)."""
     after_any = ROUND_OPENERS + ("evaluate",)
     steps = [PhaseStep("setup", ROUND_OPENERS), PhaseStep("round", ("round", "evaluate"), numbered=True, opens=True)]
-    for prefix in SUMS:
-        follows = {"advertise": ("share",), "share": ("mask",), "mask": ("consistency", "unmask"),
-                   "consistency": ("unmask",), "unmask": ("update-advertise",) if prefix == "loss" else ()}
-        for inner in INNER:
-            steps.append(PhaseStep(f"{prefix}-{inner}", tuple(f"{prefix}-{n}" for n in follows[inner][:2])
-                                   if inner != "unmask" else follows[inner] + after_any,
-                                   numbered=True, opens=(inner == "advertise" and prefix != "update")))
-            if inner != "unmask":
-                steps[-1] = PhaseStep(steps[-1].name, steps[-1].then + after_any, True, steps[-1].opens)
+    for prefix in SUMS:  # the loss sum is followed by the round's update sum; every sum opens a round but that one
+        steps += secure_sum_steps(prefix, ("update-advertise",) if prefix == "loss" else (), after_any,
+                                  numbered=True, opens=prefix != "update")
     steps.append(PhaseStep("evaluate"))
     return PhaseTable(*steps, rounds=rounds)
 
