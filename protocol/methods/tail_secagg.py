@@ -32,7 +32,7 @@ from protocol.codecs.tensors import pack_tensors
 from protocol.methods.base import Outcome, RequestError, Send, checked
 from protocol.methods.secure_sum import (SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape,
                                         secure_sum_steps)
-from protocol.methods.tail_rounds import MECHANISM_FIELDS, TailCoordinator, TailSite
+from protocol.methods.tail_rounds import MECHANISM_FIELDS, TailCoordinator, TailSite, site_step
 from protocol.noise import max_sigma2, site_discrete_gaussian
 from protocol.phases import Phase, PhaseStep, PhaseTable
 from protocol.secagg.protocol import PHASE_TABLE, Aggregate, SecAggParams
@@ -372,16 +372,11 @@ class DistributedSite:
 
     def _compute(self, public, mechanism) -> tuple[int, np.ndarray]:
         W = self.site._weights(public)
-        lr, steps, decay = self.site._local_config(public)
-        from protocol.methods.tail_rounds import site_step
-
-        _, updates = site_step(W, self.site.X1, self.site.y, lr, steps, decay, None)
-        from learning.tail_fl import client_losses
-
-        loss = client_losses(W, self.site.X1, self.site.y)
         if W.size != mechanism["dimension"]:
             raise RequestError(f"the weights have {W.size} entries, the mechanism's dimension is {mechanism['dimension']}")
-        return int(loss_bins(loss, mechanism["loss_bound"], mechanism["bins"])[0]), updates[0]
+        lr, steps, decay = self.site._local_config(public)
+        losses, updates = site_step(W, self.site.X1, self.site.y, lr, steps, decay, None)  # unclipped: clipped at the update sum
+        return int(loss_bins(losses, mechanism["loss_bound"], mechanism["bins"])[0]), updates[0]
 
     def _histogram(self, mechanism, public, params: SecAggParams, computed) -> np.ndarray:
         """Algorithm 1 / 2 lines 1-2: the one-hot (or dyadic) histogram of the loss bin, scaled by c,
