@@ -30,9 +30,9 @@ from results.conformal import Threshold
 from protocol.methods.bins import BINS_SPEC, bins_as_spec, maybe_bins, resolve_bins
 from protocol.methods.private_bin import bins_from_request
 from protocol.methods.secure_sum import (SECAGG_SPEC, SECURE_SUM_PHASES, SecureSumCoordinator, SecureSumSite,
-                                        advertise_shape, graph_shape)
+                                        advertise_shape, graph_shape, question_digest)
 from protocol.noise import discrete_gaussian, max_sigma2
-from protocol.secagg.protocol import Aggregate, SecAggParams
+from protocol.secagg.protocol import QUESTION, Aggregate, SecAggParams, role_of
 from stats.ddg import (ACCOUNTING, centred, estimated_cdf, flat_histogram, hierarchical_cumulative,
                        hierarchical_histogram, histogram_epsilon, quantile_index, ring_bits_required,
                        scaling_for_epsilon, to_ring)
@@ -163,7 +163,7 @@ class DDGQuantile(Method):
         return SecureSumCoordinator(params, sorted(sizes), rng, public,
                                     lambda aggregate: self.finish(aggregate, sizes, params, public),
                                     lambda inputs: self.unmask_refusal(public, inputs, len(sizes)),
-                                    digest=lambda body: self.request_digest("advertise", body))
+                                    digest=question_digest(self))
 
     def obtained_epsilon(self, public: dict, inputs: int) -> float:
         """Theorem 1 / 2: the epsilon of a sum holding `inputs` sites' noise."""
@@ -217,7 +217,7 @@ class DDGQuantile(Method):
     @classmethod
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
-        if phase != "advertise" or not isinstance(body, dict) or not isinstance(body.get("method"), dict):
+        if role_of(phase) != QUESTION or not isinstance(body, dict) or not isinstance(body.get("method"), dict):
             return None
         return check_public(body["method"])
 
@@ -225,12 +225,12 @@ class DDGQuantile(Method):
     def release_shape(cls, phase, body):
         """The whole advertise request (ring, length, graph, nonce, c, sigma^2, bins, histogram,
         central claim: every site gets the same); the later phases ask nothing it did not fix."""
-        return advertise_shape(body) if phase == "advertise" else None
+        return advertise_shape(body) if role_of(phase) == QUESTION else None
 
     @classmethod
     def site(cls, rows, rng, site_id):
         return SecureSumSite(site_id, lambda public, params: noisy_histogram(rows, public, params), check_public,
-                             lambda body: cls.request_digest("advertise", body))
+                             question_digest(cls))
 
 
 

@@ -33,7 +33,7 @@ from protocol.methods.learning_rounds import MAX_ROUNDS
 from protocol.methods.secure_sum import SECAGG_SPEC
 from protocol.methods.tail_rounds import (CURATOR_MODEL, MECHANISM, TailCoordinator, TailSite,
                                           histogram_sensitivity2, round_rho)
-from protocol.methods.tail_secagg import (DISTRIBUTED, DISTRIBUTED_MODEL, DistributedCoordinator,
+from protocol.methods.tail_secagg import (DISTRIBUTED, DISTRIBUTED_MODEL, DistributedCoordinator, asks_question,
                                           distributed_release_shape, distributed_round_rhos, distributed_spend,
                                           plan_distributed, tail_phase_table)
 from results.robust_training import RobustTraining
@@ -133,7 +133,7 @@ class TailMethod(Method):
         if name == "evaluate":
             return Spend("none", model="the final model's test error on this site's data")
         if name != "round":  # a secure sum's phase: its advertise books the sum, the others nothing new
-            if not name.endswith("-advertise"):
+            if not asks_question(name):
                 return None
             return distributed_spend(name, body, cls.name, cls.sums)
         mechanism = body.get("mechanism") if isinstance(body, dict) else None

@@ -199,7 +199,7 @@ class _Bisection(CoordinatorHalf):
             return Outcome.aborted(f"the iterative quantile loss needs every site in every round; "
                                    f"{missing[0]} did not answer {phase} ({dropped.get(missing[0], 'no answer')})",
                                    dropped=missing, rounds=self.rounds)
-        if phase == "range":
+        if phase == LOSS_PHASES.opening():  # the sites' ranges
             present = [a for a in answers.values() if a["n"] > 0]
             if not present:
                 return Outcome.aborted("no site holds any value")
@@ -229,7 +229,7 @@ class SiteLoss(SiteHalf):
 
     def answer(self, phase, body):
         values = two_sample_values(self.rows)
-        if phase == "range":
+        if phase == LOSS_PHASES.opening():  # the range
             expect_empty(body)
             if not values.size:
                 return {"n": 0, "lo": 0.0, "hi": 0.0}

@@ -24,8 +24,8 @@ from protocol.methods.base import Decided, Outcome, RequestError, checked
 from protocol.methods.fedcp2_qq import AmplifiedBins, central_privacy, shortfall_reason
 from protocol.methods.private_bin import REQUEST, PrivateQuantileBin, bin_spend, bins_from_request
 from protocol.methods.secure_sum import (SECAGG_SPEC, SECURE_SUM_PHASES, SecureSumCoordinator, SecureSumSite,
-                                        advertise_shape, graph_shape)
-from protocol.secagg.protocol import Aggregate, SecAggParams
+                                        advertise_shape, graph_shape, question_digest)
+from protocol.secagg.protocol import QUESTION, Aggregate, SecAggParams, role_of
 from protocol.shuffle import anonymous_label
 from stats.dp import Bins
 
@@ -67,7 +67,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
                                     lambda aggregate: self.finish(aggregate, sizes, planned, bins, rng),
                                     lambda inputs: self.unmask_refusal(len(sizes), inputs),
                                     own={s: {"level": r["level"]} for s, r in planned.requests.items()},
-                                    digest=lambda body: self.request_digest("advertise", body))
+                                    digest=question_digest(self))
 
     def unmask_refusal(self, sites: int, inputs: int) -> str | None:
         """Why the sum of `inputs` one-hot bins may not be revealed (abort policy), or None."""
@@ -97,13 +97,13 @@ class FedCP2QQSecAgg(AmplifiedBins):
     def spend(cls, phase, body):
         """Counted when the site accepts the session (advertise), before it makes any key."""
         return (bin_spend(body.get("method"), amplified=True)  # a one-hot term of a secure sum
-                if phase == "advertise" and isinstance(body, dict) else None)
+                if role_of(phase) == QUESTION and isinstance(body, dict) else None)
 
     @classmethod
     def release_shape(cls, phase, body):
         """The advertise request less the site's own level (the ring, length, graph, nonce, epsilon,
         bins and central claim); the later phases ask nothing the advertise did not fix."""
-        return advertise_shape(body, ("level",)) if phase == "advertise" else None
+        return advertise_shape(body, ("level",)) if role_of(phase) == QUESTION else None
 
     @classmethod
     def site(cls, rows, rng, site_id):
@@ -117,7 +117,7 @@ class FedCP2QQSecAgg(AmplifiedBins):
             vector[bin_index] = 1
             return vector
 
-        return SecureSumSite(site_id, one_hot, check_public, lambda body: cls.request_digest("advertise", body))
+        return SecureSumSite(site_id, one_hot, check_public, question_digest(cls))
 
 
 #: the method's parameters in a site's advertise request: its own quantile level, the mechanism's

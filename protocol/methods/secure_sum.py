@@ -34,9 +34,10 @@ from protocol.methods.base import (CoordinatorHalf, Outcome, RequestError, Send,
 from protocol.secagg.graph import default_degree, default_threshold
 from protocol.phases import PhaseStep, PhaseTable
 from protocol.secagg.identity import SiteIdentity
-from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MALFORMED, MODES,
-                                      OTHER_GRAPH, PHASE_TABLE, REPLAYED, SHORT_OF_CLAIM, Aggregate, SecAggClient,
-                                      SecAggParams, SecAggRefusal, SecAggServer)
+from protocol.secagg.protocol import (ANSWER_KIND, DIFFERENT_QUESTIONS, FORGED, INCONSISTENT, LIES, MALFORMED,
+                                      MASKED_INPUT, MODES, OTHER_GRAPH, PHASE_TABLE, QUESTION, REPLAYED, SHARES,
+                                      SHORT_OF_CLAIM, Aggregate, SecAggClient, SecAggParams, SecAggRefusal,
+                                      SecAggServer, names_survivors, phase_of, role_of)
 
 def secure_sum_steps(prefix: str = "", then_last: tuple[str, ...] = (), then_any: tuple[str, ...] = (),
                      numbered: bool = False, opens: bool = False) -> list[PhaseStep]:
@@ -46,13 +47,26 @@ def secure_sum_steps(prefix: str = "", then_last: tuple[str, ...] = (), then_any
     several in one session ("loss" gives loss-advertise, ...); `then_last`: what may follow its last
     phase; `then_any`: what may follow any of its phases (a method that goes on when a sum stops);
     `numbered`, `opens`: a sum repeated each round, whose first phase opens the round."""
-    name = (lambda phase: f"{prefix}-{phase}") if prefix else (lambda phase: phase)
     steps = []
-    for index, (phase, _, *following) in enumerate(PHASE_TABLE):
-        nexts = tuple(dict.fromkeys(name(p) for p in following if p is not None))
-        steps.append(PhaseStep(name(phase), nexts + (then_last if not nexts else ()) + then_any,
+    for index, row in enumerate(PHASE_TABLE):
+        following = (row.following(mode) for mode in MODES)
+        nexts = tuple(dict.fromkeys(sum_phase(prefix, p) for p in following if p is not None))
+        steps.append(PhaseStep(sum_phase(prefix, row.name), nexts + (then_last if not nexts else ()) + then_any,
                                numbered=numbered, opens=opens and index == 0))
     return steps
+
+
+def sum_phase(prefix: str, phase: str) -> str:
+    """A secure sum's phase as named among several sums of a session: "loss" and advertise give
+    "loss-advertise"; without a prefix, the phase's own name."""
+    return f"{prefix}-{phase}" if prefix else phase
+
+
+def sum_parts(name: str) -> tuple[str, str]:
+    """(prefix, SecAgg phase) of a name sum_phase made: "loss-advertise" gives ("loss", "advertise"),
+    "advertise" gives ("", "advertise")."""
+    prefix, dash, phase = name.partition("-")
+    return (prefix, phase) if dash else ("", name)
 
 
 #: a secure sum's phases as one session: the protocol's own table
@@ -87,10 +101,16 @@ def advertise_shape(body: Any, own: tuple[str, ...] = ()) -> Any:
     return {**body, "method": per_site_removed(body["method"], own)}
 
 
+def question_digest(method) -> Callable[[Mapping[str, Any]], bytes]:
+    """The request digest of a secure sum's question (its advertise request) as `method` (a Method
+    or its class) computes it (Method.request_digest): the `digest` of the halves below."""
+    return lambda body: method.request_digest(phase_of(QUESTION), body)
+
+
 def advertise_digest(body: Any) -> bytes:
     """The request digest of an advertise request of a secure sum with no per-site fields (the
     default of the halves below; a method passes its own Method.request_digest)."""
-    return request_digest("secure_sum", "advertise", advertise_shape(body))
+    return request_digest("secure_sum", phase_of(QUESTION), advertise_shape(body))
 
 
 class SecureSumCoordinator(CoordinatorHalf):
@@ -118,7 +138,7 @@ class SecureSumCoordinator(CoordinatorHalf):
                     for s, body in requests.items()}
         if requests:  # the question every site is asked: one digest, whatever each site's own fields
             self.server.context = self.digest(next(iter(requests.values())))
-        return Send("advertise", requests)
+        return Send(phase_of(QUESTION), requests)
 
     def advance(self, phase, answers, dropped):
         lies = {site: why for site, why in dropped.items() if any(lie in why for lie in LIES)}
@@ -135,7 +155,7 @@ class SecureSumCoordinator(CoordinatorHalf):
         step = self.server.advance(phase, good, lost)
         if isinstance(step, Aggregate):
             return wrong_shares_named(self.finish(step), step)
-        if phase == "mask":
+        if role_of(phase) == MASKED_INPUT:
             reason = self.before_unmask(len(self.server.masked))
             if reason:
                 masked = sorted(self.server.masked)
@@ -190,7 +210,8 @@ class SecureSumSite(SiteHalf):
         self.claimed = 0  # the noisy inputs the sum was planned for (0: no claim)
 
     def answer(self, phase, body):
-        if phase == "advertise":
+        role = role_of(phase)
+        if role == QUESTION:
             if (not isinstance(body, dict) or set(body) != {"params", "nonce", "method"}
                     or not isinstance(body["method"], dict) or not isinstance(body["nonce"], int)):
                 raise RequestError("advertise needs {params, nonce, method}")
@@ -203,9 +224,9 @@ class SecureSumSite(SiteHalf):
             body = {"params": body["params"]}
         elif self.client is None:
             raise RequestError(f"phase {phase!r} before advertise")
-        elif phase in ("consistency", "unmask"):
+        elif names_survivors(phase):
             self._hold_to_claim(body)
-        elif phase == "share" and isinstance(body, dict):
+        elif role == SHARES and isinstance(body, dict):
             live = body.get("live")
             if self.claimed and isinstance(live, int) and not isinstance(live, bool) and live < self.claimed:
                 raise RequestError(f"the share request says {live} sites advertised, {SHORT_OF_CLAIM} "
@@ -216,14 +237,14 @@ class SecureSumSite(SiteHalf):
             raise RequestError(str(exc)) from None
         params = getattr(self.client, "params", None)
         sites = params.sites if params is not None else 0
-        if phase == "advertise" and params is not None and not sites:  # every honest session says m
+        if role == QUESTION and params is not None and not sites:  # every honest session says m
             raise RequestError("the secure-aggregation parameters do not say how many sites the session asked "
                                "(sites): this site cannot tell a full graph from a sparse one, nor check a claim")
-        if phase == "advertise" and sites and self.claimed > sites:
+        if role == QUESTION and sites and self.claimed > sites:
             raise RequestError(f"the sum's noise is claimed for {self.claimed} inputs, more than the {sites} sites "
                                f"the session asked: refusing to take part (the release would be weaker than "
                                f"this site would count)")
-        if phase == "mask":
+        if role == MASKED_INPUT:
             return ANSWER_KIND[phase], (self.client.params.modulus_bits, value)
         return ANSWER_KIND[phase], value
 
@@ -238,7 +259,7 @@ class SecureSumSite(SiteHalf):
         return params is not None and params.full
 
     def unseen_claim(self, phase, body):
-        seen = self._seen_survivors(body) if phase in ("consistency", "unmask") else None
+        seen = self._seen_survivors(body) if names_survivors(phase) else None
         if seen is not None and self.claimed > seen and not self._full_graph():
             return (f"the sum's noise is claimed for {self.claimed} inputs, more than the {seen} survivors this "
                     f"site can see (itself and its neighbours, under a sparse graph): the global count is the "

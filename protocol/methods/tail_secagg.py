@@ -31,17 +31,16 @@ from protocol.accounting import Spend, request_key
 from protocol.codecs.tensors import pack_tensors
 from protocol.methods.base import Outcome, RequestError, Send, checked
 from protocol.methods.secure_sum import (SecureSumCoordinator, SecureSumSite, advertise_shape, graph_shape,
-                                        secure_sum_steps)
+                                        secure_sum_steps, sum_parts, sum_phase)
 from protocol.methods.tail_rounds import MECHANISM_FIELDS, TailCoordinator, TailSite, site_step
 from protocol.noise import max_sigma2, site_discrete_gaussian
 from protocol.phases import Phase, PhaseStep, PhaseTable
-from protocol.secagg.protocol import PHASE_TABLE, Aggregate, SecAggParams
+from protocol.secagg.protocol import QUESTION, Aggregate, SecAggParams, phase_of, role_of, row_of
 from stats.ddg import (centred, ddg_concentrated_epsilon, estimated_cdf, hierarchical_cumulative,
                        histogram_concentrated_epsilon, to_ring)
 
 SUMS = ("loss", "update", "average")  # loss then update (DP-Δ-FL), or average (DP-FedAvg)
-INNER = tuple(row[0] for row in PHASE_TABLE)  # a sum's own phases, as the protocol's table has them
-ROUND_OPENERS = ("round", "loss-advertise", "average-advertise")
+ROUND_OPENERS = ("round", *(sum_phase(prefix, phase_of(QUESTION)) for prefix in ("loss", "average")))
 DISTRIBUTED_MODEL = "distributed discrete Gaussian under SecAgg+"
 #: the distributed mechanism's public parameters (the site computes its cost from these alone)
 DISTRIBUTED = {"type": "map", "fields": {
@@ -64,8 +63,8 @@ def tail_phase_table(rounds: int) -> PhaseTable:
     after_any = ROUND_OPENERS + ("evaluate",)
     steps = [PhaseStep("setup", ROUND_OPENERS), PhaseStep("round", ("round", "evaluate"), numbered=True, opens=True)]
     for prefix in SUMS:  # the loss sum is followed by the round's update sum; every sum opens a round but that one
-        steps += secure_sum_steps(prefix, ("update-advertise",) if prefix == "loss" else (), after_any,
-                                  numbered=True, opens=prefix != "update")
+        then_last = (sum_phase("update", phase_of(QUESTION)),) if prefix == "loss" else ()
+        steps += secure_sum_steps(prefix, then_last, after_any, numbered=True, opens=prefix != "update")
     steps.append(PhaseStep("evaluate"))
     return PhaseTable(*steps, rounds=rounds)
 
@@ -152,7 +151,7 @@ def checked_sum(phase_name: str, body: Any, sums: tuple[str, ...]) -> tuple[str,
     sensitivity the site books rests on it), and the sample it claims is the session's (without
     replacement, the m sites the session asked; Poisson, within 6 standard deviations of the claimed
     mean). RequestError names what does not hold."""
-    prefix = phase_name.split("-")[0]
+    prefix = sum_parts(phase_name)[0]
     if prefix not in sums:
         raise RequestError(f"this method has no {prefix} sums ({', '.join(sums) or 'no secure sums at all'})")
     if not isinstance(body, Mapping) or not isinstance(body.get("method"), Mapping) \
@@ -241,7 +240,7 @@ class DistributedCoordinator(TailCoordinator):
         mech = self.round_mechanism(m)
         public = {"mechanism": mech, "weights": pack_tensors({"W": self.weights}), "lr": p["lr"],
                   "steps": p["local_steps"], "weight_decay": p["weight_decay"], **extra}
-        phase = Phase(f"{prefix}-advertise", t)
+        phase = Phase(sum_phase(prefix, phase_of(QUESTION)), t)
         self.sum_prefix = prefix
         self.sum = SecureSumCoordinator(params, chosen, self.rng, public,
                                         lambda aggregate: self._summed(prefix, t, aggregate),
@@ -250,8 +249,8 @@ class DistributedCoordinator(TailCoordinator):
         return self._wrap(self.sum.start(), t)
 
     def _wrap(self, step, t: int):
-        if isinstance(step, Send) and not isinstance(step.phase, Phase) and step.phase in INNER:
-            return Send(Phase(f"{self.sum_prefix}-{step.phase}", t), step.requests, step.minimum)
+        if isinstance(step, Send) and not isinstance(step.phase, Phase) and row_of(step.phase) is not None:
+            return Send(Phase(sum_phase(self.sum_prefix, step.phase), t), step.requests, step.minimum)
         return step
 
     def _short(self, inputs: int) -> str | None:
@@ -262,11 +261,12 @@ class DistributedCoordinator(TailCoordinator):
                 f"hold {inputs}/{planned} of the planned noise variance")
 
     def advance(self, phase, answers, dropped):
-        if phase.name.split("-")[0] not in SUMS:
+        prefix, inner = sum_parts(phase.name)
+        if prefix not in SUMS:
             return super().advance(phase, answers, dropped)
-        inner = phase.name.split("-", 1)[1]
-        if inner == "advertise":  # fewer keys than the noise was planned for: ask nothing more
-            keys = sum(1 for value in answers.values() if isinstance(value, tuple) and value[0] == "keys")
+        if role_of(inner) == QUESTION:  # fewer keys than the noise was planned for: ask nothing more
+            kind = row_of(inner).answer
+            keys = sum(1 for value in answers.values() if isinstance(value, tuple) and value[0] == kind)
             if keys < self.mechanism["inputs"] and not any(self._lie(why) for why in dropped.values()):
                 self.records[-1]["dropped"].update(dropped)
                 return self._skip(phase.round, f"noise shortfall: {keys} sites advertised where the noise was planned "
@@ -331,8 +331,8 @@ class DistributedSite:
         self.fixed, self.stage, self.prefix = b"", "", ""
 
     def answer(self, phase: Phase, body, digest, method: str, sums: tuple[str, ...]):
-        prefix, inner = phase.name.split("-", 1)
-        if inner != "advertise":
+        prefix, inner = sum_parts(phase.name)
+        if role_of(inner) != QUESTION:
             if self.half is None or phase.round != self.round or prefix != self.prefix:
                 raise RequestError(f"{phase} before its advertise")
             return self.half.answer(inner, body)
@@ -408,4 +408,10 @@ class DistributedSite:
 def distributed_release_shape(phase, body):
     """A sum's advertise request is one question for every site (its whole body); its later phases
     ask nothing the advertise did not fix."""
-    return advertise_shape(body) if str(getattr(phase, "name", phase)).endswith("-advertise") else None
+    return advertise_shape(body) if asks_question(phase) else None
+
+
+def asks_question(phase) -> bool:
+    """Whether a phase of the family's table (a Phase or its name) is a sum's question: its
+    advertise (loss-advertise, update-advertise, average-advertise)."""
+    return role_of(sum_parts(str(getattr(phase, "name", phase)))[1]) == QUESTION

@@ -71,22 +71,88 @@ from protocol.secagg.identity import SIGNATURE_BYTES, SiteIdentity
 from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes, share_to_bytes, split_secret
 from protocol.secagg.unmasking import PairwiseMasks, Ring, SelfMask, unmask
 
-#: SecAgg+ as a table (the protocol, read top to bottom): each phase, the kind of answer a site
-#: sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
+#: What each phase of PHASE_TABLE is (its row's `role`): the halves ask the table for a phase's
+#: role (`role_of`) or for the phase of a role (`phase_of`), never compare a phase's name.
+#: the question: the request carries the secure-aggregation parameters, the session nonce and the
+#: method's public parameters, which a site checks, books and binds its half to; it answers keys
+QUESTION = "question"
+#: the request names how many sites advertised (`live`) and the neighbours' keys; a site answers shares
+SHARES = "shares"
+#: a site answers with its masked input
+MASKED_INPUT = "masked input"
+#: the request names the survivors and a site signs its view of them (the active mode's consistency round)
+SURVIVORS = "survivors"
+#: a site answers with its shares of the survivors' self masks and of the dropped sites' mask keys
+UNMASKING = "unmasking"
+
+
+@dataclass(frozen=True)
+class SecAggPhase:
+    """One row of PHASE_TABLE: a phase's wire name, what it is (`role`), the kind of a site's
+    answer in it, the phase after it in the active and in the semi-honest mode (None: the server
+    has the sum), and whether its request may name the survivors (consistency's, and unmask's in
+    the semi-honest mode, which has no consistency round), which a site holds to its claim."""
+
+    name: str
+    role: str
+    answer: str
+    active: str | None
+    semi_honest: str | None
+    names_survivors: bool = False
+
+    def following(self, mode: str) -> str | None:
+        """The phase after this one in `mode` (one of MODES), or None."""
+        return {"active": self.active, "semi-honest": self.semi_honest}[mode]
+
+
+#: SecAgg+ as a table (the protocol, read top to bottom): each phase, what it is, the kind of answer
+#: a site sends in it, and the phase after it (None: the server has the sum). Dispatch follows it.
 PHASE_TABLE = (
-    # phase          answer kind   next phase: active       semi-honest
-    ("advertise", "keys", "share", "share"),
-    ("share", "shares", "mask", "mask"),
-    ("mask", "masked", "consistency", "unmask"),
-    ("consistency", "signature", "unmask", None),  # active only
-    ("unmask", "unmask", None, None),
+    #           phase          role          answer       next: active   semi-honest
+    SecAggPhase("advertise",   QUESTION,     "keys",      "share",       "share"),
+    SecAggPhase("share",       SHARES,       "shares",    "mask",        "mask"),
+    SecAggPhase("mask",        MASKED_INPUT, "masked",    "consistency", "unmask"),
+    SecAggPhase("consistency", SURVIVORS,    "signature", "unmask",      None, names_survivors=True),  # active only
+    SecAggPhase("unmask",      UNMASKING,    "unmask",    None,          None, names_survivors=True),
 )
 MODES = ("active", "semi-honest")
-ANSWER_KIND = {phase: kind for phase, kind, _, _ in PHASE_TABLE}
-NEXT_PHASE = {mode: {row[0]: row[2 + i] for row in PHASE_TABLE} for i, mode in enumerate(MODES)}
+ROWS = {row.name: row for row in PHASE_TABLE}
+ANSWER_KIND = {row.name: row.answer for row in PHASE_TABLE}
+NEXT_PHASE = {mode: {row.name: row.following(mode) for row in PHASE_TABLE} for mode in MODES}
+
+
+def row_of(phase: str) -> SecAggPhase | None:
+    """The row of PHASE_TABLE for a phase name, or None for anything the table lacks."""
+    return ROWS.get(phase) if isinstance(phase, str) else None
+
+
+def role_of(phase: str) -> str | None:
+    """What a SecAgg phase is (its row's role: QUESTION, SHARES, ...), or None for a name the table lacks."""
+    row = row_of(phase)
+    return row.role if row is not None else None
+
+
+def phase_of(role: str) -> str:
+    """The name of the phase whose row has `role`, e.g. phase_of(QUESTION) == "advertise"."""
+    return next(row.name for row in PHASE_TABLE if row.role == role)
+
+
+def names_survivors(phase: str) -> bool:
+    """Whether a phase's request may name the survivors (its row says so)."""
+    row = row_of(phase)
+    return row is not None and row.names_survivors
+
+
+def mode_phases(mode: str) -> tuple[str, ...]:
+    """A mode's phases in order: the table's first, then each row's next in that mode."""
+    phases = [PHASE_TABLE[0].name]
+    while NEXT_PHASE[mode][phases[-1]] is not None:
+        phases.append(NEXT_PHASE[mode][phases[-1]])
+    return tuple(phases)
+
+
 #: each mode's phases in order
-MODE_PHASES = {mode: ("advertise", "share", "mask", *(("consistency",) if mode == "active" else ()), "unmask")
-               for mode in MODES}
+MODE_PHASES = {mode: mode_phases(mode) for mode in MODES}
 PHASES = MODE_PHASES["active"]
 MAX_LENGTH = 1 << 24
 #: what a site's refusal to mask says when a neighbour's shares answer another question (the
@@ -245,9 +311,9 @@ class SecAggServer:
         t = self.params.threshold
         if len(live) < t:
             return self._abort(f"only {len(live)} sites completed the {phase} phase; the threshold is {t}")
-        after = {"advertise": self._after_advertise, "share": self._after_share, "mask": self._after_mask,
-                 "consistency": self._after_consistency, "unmask": self._after_unmask}  # a handler per row of PHASE_TABLE
-        return after[phase](answers)
+        after = {QUESTION: self._after_advertise, SHARES: self._after_share, MASKED_INPUT: self._after_mask,
+                 SURVIVORS: self._after_consistency, UNMASKING: self._after_unmask}  # a handler per role
+        return after[role_of(phase)](answers)
 
     def next_phase(self, phase: str) -> str | None:
         return NEXT_PHASE[self.params.mode][phase]
@@ -389,19 +455,19 @@ class SecAggClient:
 
     def answer(self, phase: str, body: Mapping[str, Any]):
         phases = self.params.phases if self.params is not None else MODE_PHASES["active"]
-        if phase not in ANSWER_KIND:
+        if row_of(phase) is None:
             raise SecAggRefusal(f"secure aggregation has no phase {phase!r}")
         if phase in self.done:
             raise SecAggRefusal(f"phase {phase!r} was already answered in this session")
         expected = phases[len(self.done)] if len(self.done) < len(phases) else None
         if phase != expected:
             raise SecAggRefusal(f"phase {phase!r} out of order: {expected!r} comes next")
-        handle = {"advertise": self._advertise, "share": self._share, "mask": self._mask,
-                  "consistency": self._consistency, "unmask": self._unmask}  # a handler per row of PHASE_TABLE
+        handle = {QUESTION: self._advertise, SHARES: self._share, MASKED_INPUT: self._mask,
+                  SURVIVORS: self._consistency, UNMASKING: self._unmask}  # a handler per role
         if not isinstance(body, Mapping):
             raise SecAggRefusal(f"{MALFORMED}: the {phase} request is not a map")
         try:
-            result = handle[phase](body)
+            result = handle[role_of(phase)](body)
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError, struct.error) as exc:
             if isinstance(exc, SecAggRefusal):
                 raise
