@@ -26,9 +26,11 @@ class EventLog:
         self._handle = open(path, "a", buffering=1) if path is not None else None
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()  # a launcher's watcher thread writes too (runner.ray_hosts)
+        #: the Unix time of now: the pump's clock sets it (a virtual clock's network time, transport.clock)
+        self.wall_clock = time.time
 
     def write(self, event: str, **fields: Any) -> None:
-        record = {"ts": round(time.time(), 6), "event": event, **fields}
+        record = {"ts": round(self.wall_clock(), 6), "event": event, **fields}
         line = json.dumps(_jsonable(record), allow_nan=False) + "\n"
         with self._lock:
             self.counts[event] = self.counts.get(event, 0) + 1

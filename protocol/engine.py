@@ -29,8 +29,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from protocol.codecs import PayloadError
+from protocol.exchange import PhaseExchange, SessionEvent, batch_answers  # noqa: F401 (batch_answers: drive's)
+from protocol.inert import MAX_NAME_CHARS, inert
 from protocol.methods.base import Method, Outcome, Send, guarded
-from protocol.shuffle import anonymous_label
+from protocol.sessions import join_session
 
 
 #: the largest n_j a session plans with (issue 48): eq. (5)'s order-statistic quadrature settles up
@@ -104,6 +106,7 @@ class Session:
         self.transcript: list[PhaseRecord] = []
         self.half = None
         self.step: Send | Outcome | None = None
+        self.events: list[SessionEvent] = []  # decided here, written by whichever pump runs the session
 
     @property
     def rounds(self) -> int:
@@ -167,6 +170,29 @@ class Session:
             decoded.info_bits[label] = self.codec.information_bits(value)
         return decoded
 
+    def exchange(self, step: Requests, session: int, timeout: float, now: float, shuffler: bool = True,
+                 also_expected: tuple[str, ...] = ()) -> PhaseExchange:
+        """The phase `step` opens, on the wire (protocol.exchange): its requests, its deadline
+        `timeout` seconds from `now`, and through the shuffler when the codec says so."""
+        sends = {site: ("request", message) for site, message in step.messages.items()}
+        return PhaseExchange(session, step.phase, sends, timeout, now, route=step.route, minimum=step.minimum,
+                             shuffler=shuffler, also_expected=tuple(also_expected))
+
+    def take_answers(self, exchange: PhaseExchange) -> Decoded:
+        """A finished phase's answers through the codec; its dropouts, then each body the codec
+        refused, become the session's events (`dropout`, `rejected`)."""
+        decoded = self.decode(exchange.answers)
+        self.events.extend(exchange.events)
+        for label, reason in decoded.undecodable.items():
+            self.events.append(SessionEvent("rejected", {"site": label, "session": exchange.session,
+                                                         "phase": exchange.phase, "reason": reason}))
+        return decoded
+
+    def take_events(self) -> list[SessionEvent]:
+        """The events decided since the last call, for the pump to write."""
+        events, self.events = self.events, []
+        return events
+
     def advance(self, decoded: Decoded, dropped: Mapping[str, str]) -> Requests | Outcome:
         """The half's next step from this phase's decoded answers and dropouts."""
         assert isinstance(self.step, Send), "no phase is open"
@@ -195,19 +221,72 @@ class Session:
         return outcome
 
 
-def batch_answers(batch: Mapping[str, Any] | None, asked: list[str], waited: float) -> tuple[dict, dict]:
-    """The shuffler's `batch` payload (protocol.shuffle.ShuffleBatch.forward), or None when none
-    came within `waited` seconds, as the phase's answers ({anonymous label: sealed body}) and
-    dropouts ({site: reason}) of the sites `asked`: a site is a dropout when the shuffler forwarded
-    nothing from it (with the shuffler's reason: a refusal, no message, or a withheld batch)."""
-    dropped: dict[str, str] = {}
-    if batch is None:
-        return {}, {site: f"no batch from the shuffler within {waited:g} s" for site in asked}
-    answers = {anonymous_label(i): body for i, body in enumerate(batch["ciphertexts"])}
-    for site in asked:
-        if batch["withheld"] and site in batch["senders"]:
-            dropped[site] = f"nothing forwarded by the shuffler: {batch['withheld']}"
-        elif site not in batch["senders"]:
-            dropped[site] = ("nothing forwarded by the shuffler: "
-                             f"{batch['refused'].get(site, 'no sealed message by its deadline')}")
-    return answers, dropped
+class JoinSession:
+    """A trial's join as a session of its own: `open` to every present site, `join` ({n, device})
+    back; a site that sends a size no method should plan with is a dropout (join_problem), and the
+    `trial_open` event says who joined with what, where they scored, and how long it took."""
+
+    def __init__(self, trial: int, seed: int, sites, max_n: int) -> None:
+        self.trial, self.seed, self.max_n = trial, seed, max_n
+        self.session = join_session(trial)
+        self.sites = list(sites)
+        self.events: list[SessionEvent] = []
+
+    def exchange(self, timeout: float, now: float) -> PhaseExchange:
+        sends = {site: ("open", {"trial": self.trial, "seed": self.seed}) for site in self.sites}
+        return PhaseExchange(self.session, "join", sends, timeout, now)
+
+    def finish(self, exchange: PhaseExchange, seconds: float) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
+        """(sizes of the sites that joined, dropouts with reasons, each joined site's device)."""
+        self.events.extend(exchange.events)
+        dropped, sizes = dict(exchange.dropped), {}
+        # shown in events, summary.json and the terminal: a short name on the wire, inert here too
+        devices = {site: inert(payload["device"], MAX_NAME_CHARS) for site, payload in exchange.payloads.items()}
+        for site, payload in sorted(exchange.payloads.items()):
+            problem = join_problem(payload["n"], self.max_n)
+            if problem:
+                dropped[site] = problem
+                self.events.append(SessionEvent("dropout", {"site": site, "session": self.session, "phase": "join",
+                                                            "reason": problem}))
+            else:
+                sizes[site] = payload["n"]
+        self.events.append(SessionEvent("trial_open", {
+            "trial": self.trial, "session": self.session, "sizes": sizes, "dropped": dropped,
+            "devices": sorted(set(devices.values())), "seconds": round(seconds, 6)}))
+        return sizes, dropped, devices
+
+    def take_events(self) -> list[SessionEvent]:
+        events, self.events = self.events, []
+        return events
+
+
+class WireSession:
+    """A method Session as the exchanges a pump carries, one after another: `next_exchange` opens
+    the phase the half asks for (protocol.exchange.PhaseExchange), `finished` reads its answers
+    through the codec and advances the half; the events it decided wait in `take_events`. An
+    attack wraps it with the same three calls (coordinator.attacked)."""
+
+    def __init__(self, session: Session, session_id: int) -> None:
+        self.session, self.session_id = session, session_id
+        self.step: Requests | Outcome | None = None
+
+    def begin(self) -> None:
+        self.step = self.session.start()
+
+    def next_exchange(self, timeout: float, now: float, shuffler: bool) -> PhaseExchange | None:
+        """The next phase on the wire, or None when the session has its outcome."""
+        if not isinstance(self.step, Requests):
+            return None
+        return self.session.exchange(self.step, self.session_id, timeout, now, shuffler=shuffler)
+
+    def finished(self, exchange: PhaseExchange) -> None:
+        exchange.decoded = self.session.take_answers(exchange)
+        self.step = None  # the phase's requests are freed while the half works out the next
+        self.step = self.session.advance(exchange.decoded, exchange.dropped)
+
+    def take_events(self) -> list[SessionEvent]:
+        return self.session.take_events()
+
+    @property
+    def outcome(self) -> Outcome:
+        return self.session.outcome

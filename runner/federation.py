@@ -1,8 +1,15 @@
-"""Two interchangeable ways to run a scenario's sessions (FEDERATIONS, by backend name).
+"""Two interchangeable ways to run a scenario's sessions (FEDERATIONS, by backend name), both
+the one pump of coordinator.driver over a transport and a clock (transport.base, transport.clock).
 
-ProcessFederation: this process is the coordinator (a ZeroMQ ROUTER) and every site is its own
-OS process (a DEALER) -- the real system. InProcessFederation: the same site-side code
-(sites.local) called directly -- for tests that compare the two, and for quick studies.
+ProcessFederation: this process is the coordinator (a ZeroMQ ROUTER, real time) and every site
+is its own OS process (a DEALER) -- the real system. InProcessFederation: the same pump over the
+in-memory transport (transport.memory) on a virtual clock, with the same site (sites.memory over
+sites.reply) and shuffler (shuffler.memory over shuffler.core) code as the processes run -- so
+the same events, faults, attacks and network, in milliseconds and in network time.
+
+To add a backend: subclass `Federation`, build a `Coordinator` over your transport and clock in
+`__init__`, and implement `start`, `open_trial` and `close`; what the harness reads is declared
+on the base class.
 """
 
 from __future__ import annotations
@@ -14,10 +21,7 @@ from pathlib import Path
 from coordinator.adversary import Adversary
 from coordinator.driver import Coordinator
 from coordinator.events import EventLog
-from protocol.inprocess import drive
 from protocol.methods import Method, Outcome
-from protocol.engine import Session, join_problem
-from protocol.sessions import join_session, method_session
 from protocol.wire import SHUFFLER_ID
 from runner.outputs import RunDirectory
 from runner.limits import coordinator_descriptors
@@ -25,21 +29,71 @@ from runner.processes import ShufflerProcess, SiteHosts, placement
 from scenarios.spec import RunSpec
 from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
+from sites.memory import MemorySite
+from shuffler.memory import MemoryShuffler
 from sites.storage import write_trial
 from sites.trials import TrialCache
-from stats.randomness import site_rng
-from transport.channel import COORDINATOR_ID, RouterChannel
+from transport.channel import COORDINATOR_ID, RouterChannel, send_as_strangers
 from transport.emulation import LinkEmulator
 from transport.kernel_links import KernelLinks
 from transport.faults import FaultInjector
+from transport.base import Transport
+from transport.clock import RealClock, VirtualClock
 from transport.ledger import Ledger
+from transport.memory import MemoryTransport, Packer
 from transport.registry import REGISTRY_FILE, write_registry
 from transport.security import COORDINATOR_KEY, generate_keys, load_public_key, load_server_keys, write_site_publics
-from protocol.noise import coordinator_rng
 from protocol.secagg.identity import identities_in_memory
 
 
-class ProcessFederation:
+class Federation:
+    """What the harness (runner.study) reads of a backend."""
+
+    events: EventLog  # the run's event log
+    ledger: Ledger  # the run's communication ledger
+    coordinator: Coordinator  # the pump
+    adversary: Adversary | None = None  # the scenario's attacks, when it has any
+    placed: dict | None = None  # how the sites were placed (summary.json), once started
+    kernel = None  # the run's kernel links (transport.kernel_links), when it has them
+
+    def start(self) -> list[str]:
+        """Bring the sites up; the ones present."""
+        raise NotImplementedError
+
+    def open_trial(self, trial: int, world) -> dict[str, int]:
+        """Place each site's shard, then the join: {site: n_j} of those that joined."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def channel(self) -> Transport:
+        return self.coordinator.transport
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """Where each site that joined scored (its join's device)."""
+        return self.coordinator.devices
+
+    @property
+    def transcripts(self) -> list | None:
+        """(trial, label, transcript) of every session the coordinator ran, when kept."""
+        return self.coordinator.transcripts
+
+    @transcripts.setter
+    def transcripts(self, kept: list | None) -> None:
+        self.coordinator.transcripts = kept
+
+    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
+        return self.coordinator.run_method(trial, index, method, sizes, label)
+
+    def attack_rows(self) -> list[dict] | None:
+        """attacks.csv's rows (what every attacked site did, what each attack found), or None."""
+        return None if self.adversary is None else [record.row() for record in self.adversary.records]
+
+
+class ProcessFederation(Federation):
     """The coordinator's driver here; the sites in their own processes, started by us (site hosts
     on this machine or Ray actors, as the run's launcher says) or, with `external_sites`, by hand
     on other hosts (`run.py site`). `fired`: coordinator-kill faults already carried out (a
@@ -95,14 +149,15 @@ class ProcessFederation:
                                     if external_sites else [])
         self._key_dir = key_dir
         self.ledger = Ledger(rundir.ledger, keep_rows=False)  # in ledger.csv, not in memory (summed as flushed)
-        self.channel = RouterChannel(bind, keys=keys)
+        self._channel = RouterChannel(bind, keys=keys)
         faults = FaultInjector(list(run.fault_rules), COORDINATOR_ID, run.seed, skip=fired) if run.fault_rules else None
         #: the scenario's network, applied at the coordinator's socket and the shuffler's
         self.links = LinkEmulator(run.network) if run.network.emulated or run.network.kernel else None
-        self.coordinator = Coordinator(self.channel, self.events, runtime.deadlines, self.ledger, faults,
+        self.coordinator = Coordinator(self._channel, self.events, runtime.deadlines, self.ledger, faults,
                                        adversary=self.adversary, seeded_noise=run.seeded_noise,
-                                       max_n=runtime.max_n, links=self.links)
-        self.service = replace(self.service, coordinator=self.channel.endpoint)
+                                       max_n=runtime.max_n, links=self.links, forge=self._forge)
+        self.service = replace(self.service, coordinator=self._channel.endpoint)
+        self._shuffler_dial: tuple[str, bytes | None] | None = None  # its endpoint and public key
         self.shuffler = None  # the shuffler's process (runner.processes.ShufflerProcess), once started
         self._site_publics: dict | None = None  # the public keys our hosts made and sent (_admit)
         self._signing: dict[str, bytes] = {}  # and their signing keys (Z85), for the registry
@@ -115,8 +170,8 @@ class ProcessFederation:
         self.present: list[str] = []
 
     def start(self) -> list[str]:
-        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.channel.endpoint,
-                          security="curve" if self.channel.curve else "plain")
+        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self._channel.endpoint,
+                          security="curve" if self._channel.curve else "plain")
         if self.kernel is not None:
             self.events.write("kernel_links", **self.kernel.describe())
         on_ray = self._log_dir is not None and self.launcher["kind"] == "ray"
@@ -125,7 +180,7 @@ class ProcessFederation:
             from runner.ray_hosts import RayHosts
 
             self.processes = RayHosts(self.site_ids, self.service, self._log_dir, launcher=self.launcher,
-                                      events=self.events, on_lost=self.channel.report_lost,
+                                      events=self.events, on_lost=self._channel.report_lost,
                                       shuffled=self.shuffled, start_timeout=self._hello_timeout)
             self.processes.start(self._admit)
             self.placed = {"processes": len(self.processes.sites),
@@ -149,7 +204,7 @@ class ProcessFederation:
         signing = {site: pair[1] for site, pair in publics.items()}
         publics = {site: pair[0] for site, pair in publics.items()}
         for site, public in publics.items():
-            self.channel.allow(public, site)
+            self._channel.allow(public, site)
         self._signing = signing
         if publics:
             write_site_publics(self._key_dir, publics)
@@ -167,21 +222,26 @@ class ProcessFederation:
     def _start_shuffler(self) -> str:
         """The shuffler's process, which makes its own key pair (runner.processes.shuffler_main);
         its endpoint once it serves under the registry `_register` wrote."""
-        self.shuffler = ShufflerProcess(self._shuffler_bind, self.channel.endpoint, self._logs,
+        self.shuffler = ShufflerProcess(self._shuffler_bind, self._channel.endpoint, self._logs,
                                         secure=self._key_dir is not None, site_count=len(self.site_ids),
                                         links=self.links)
         endpoint = self.shuffler.start(self._register)
         self.events.write("shuffler_start", pid=self.shuffler.process.pid, endpoint=endpoint)
-        if self.adversary is not None:  # the sybil attack dials the shuffler as the sites do
-            self.coordinator.shuffler_dial = (endpoint, self._shuffler_public)
+        self._shuffler_dial = (endpoint, self._shuffler_public)  # the sybil attack dials it as sites do
         return endpoint
+
+    def _forge(self, sealed: dict[str, dict], session: int) -> None:
+        """The sybil attack's senders: each dials the shuffler under a key pair of the
+        coordinator's own making and sends its sealed message (transport.channel)."""
+        if self._shuffler_dial is not None:
+            send_as_strangers(*self._shuffler_dial, "sealed", session, sealed)
 
     def _register(self, shuffler_public: bytes) -> Path:
         """This launcher playing the operators' part (transport.registry), as only a local run
         can: admit the public key the shuffler made on the coordinator's allow-list, and write the
         party registry (the coordinator's, the shuffler's and the sites' public keys) that the
         shuffler takes its allow-list from and the sites the shuffler's key."""
-        self.channel.allow(shuffler_public, SHUFFLER_ID)
+        self._channel.allow(shuffler_public, SHUFFLER_ID)
         self._shuffler_public = shuffler_public
         return self._write_registry(shuffler_public)
 
@@ -204,26 +264,6 @@ class ProcessFederation:
             self.adversary.truth = world.site_scores
         return self.coordinator.open_trial(trial, self.seed, self.present)[0]
 
-    def attack_rows(self) -> list[dict] | None:
-        """attacks.csv's rows (what every attacked site did, what each attack found), or None."""
-        return None if self.adversary is None else [record.row() for record in self.adversary.records]
-
-    @property
-    def devices(self) -> dict[str, str]:
-        return getattr(self.coordinator, "devices", {})
-
-    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
-        return self.coordinator.run_method(trial, index, method, sizes, label)
-
-    @property
-    def transcripts(self) -> list | None:
-        """(trial, label, transcript) of every session the coordinator ran, when kept."""
-        return self.coordinator.transcripts
-
-    @transcripts.setter
-    def transcripts(self, kept: list | None) -> None:
-        self.coordinator.transcripts = kept
-
     def close(self) -> None:
         self.coordinator.shutdown()
         if self.processes is not None:
@@ -232,7 +272,7 @@ class ProcessFederation:
         if self.shuffler is not None:
             self.shuffler.stop()
             self.events.write("shuffler_stopped", exit_code=self.shuffler.process.exitcode)
-        self.channel.close()
+        self._channel.close()
         if self.kernel is not None:
             self.kernel.close()
         if self._ray_connected:
@@ -241,67 +281,73 @@ class ProcessFederation:
             ray.shutdown()
 
 
-class InProcessFederation:
-    """No sockets, hence no wire and an empty ledger."""
+class InProcessFederation(Federation):
+    """The same pump over the in-memory transport, on a virtual clock (`runtime.clock: real`: in
+    real time): no processes, no sockets; the same messages (packed, sized, checked), events,
+    faults, attacks and network as the processes backend. Sites' answers leave at once (same
+    events, same order, every run), or, under an emulated network, after the time each took to
+    compute (network time)."""
 
     def __init__(self, run: RunSpec, rundir: RunDirectory, *, fired=frozenset(), external_sites: bool = False) -> None:
-        """`fired` and `external_sites` concern site processes; in-process there are none."""
+        """`fired` and `external_sites` concern processes; in-process there are none."""
+        if any(rule.action == "kill_coordinator" for rule in run.fault_rules):
+            raise ValueError("a kill_coordinator fault ends the coordinator's process: use the processes backend")
+        if run.network.kernel:
+            raise ValueError("network.mode kernel puts site processes behind the kernel's links: use the processes "
+                             "backend (an emulated network runs in-process, in network time)")
         self.events = EventLog(rundir.events)  # the run's event log (coordinator.events)
         self.work = rundir.work
+        self.site_ids, self.seed, self.shuffled = run.site_ids, run.seed, run.shuffled
         trials = TrialCache(rundir.work, run.site_ids)  # the model loaded once per trial for all sites
         # this process plays every operator: one signing key per site, one registry of them
         identities = identities_in_memory(run.site_ids)
-        self.sites = {site: SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy,
-                                      identity=identities[site]) for site in run.site_ids}
-        self.seeded_noise = run.seeded_noise
-        self.ledger = Ledger()
-        self.seed = run.seed
-        self.max_n = run.runtime.max_n  # the largest n_j a site may join with (runtime.max_n)
-        self.devices: dict[str, str] = {}
-        self.transcripts: list | None = None  # (trial, label, transcript) of every session, when kept
+        self.clock = RealClock() if run.runtime.clock == "real" else VirtualClock()
+        emulated = run.network.emulated
+        # under links (or in real time) an answer leaves when its site has computed it
+        self.transport = MemoryTransport(self.clock, service_time=emulated or not self.clock.virtual)
+        rules = list(run.fault_rules)
+        self.sites = {}
+        for site in run.site_ids:
+            local = SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy,
+                              identity=identities[site])
+            peer = MemorySite(local, FaultInjector(rules, site, run.seed) if rules else None, shuffler=run.shuffled)
+            self.sites[site] = local
+            self.transport.attach(peer, peer.hello(self.clock.now()))
+        if run.shuffled:
+            # runtime.security plain: no registry, so no allow-list at the shuffler (debugging only)
+            admitted = None if run.runtime.security == "plain" else frozenset(run.site_ids)
+            self.shuffler = MemoryShuffler(admitted,
+                                           LinkEmulator(run.network, started=0.0) if emulated else None)
+            self.transport.attach(self.shuffler, self.shuffler.hello(self.clock.now()))
+        self.adversary = Adversary(list(run.attacks), run.labels, run.seed) if run.attacks else None
+        self.ledger = Ledger(rundir.ledger, keep_rows=False)
+        self.coordinator = Coordinator(self.transport, self.events, run.runtime.deadlines, self.ledger,
+                                       FaultInjector(rules, COORDINATOR_ID, run.seed) if rules else None,
+                                       adversary=self.adversary, seeded_noise=run.seeded_noise,
+                                       max_n=run.runtime.max_n,
+                                       links=LinkEmulator(run.network, started=0.0) if emulated else None,
+                                       clock=self.clock, forge=self._forge)
 
     def start(self) -> list[str]:
-        return list(self.sites)
+        self.events.write("coordinator_start", pid=os.getpid(), endpoint=self.transport.endpoint,
+                          security="memory", clock="virtual" if self.clock.virtual else "real")
+        return self.coordinator.await_members(self.site_ids, shuffler=self.shuffled)
 
     def open_trial(self, trial: int, world) -> dict[str, int]:
-        """Place each site's shard on its storage, then the join phase, by the rule the socket
-        driver applies (protocol.engine.join_problem)."""
+        """Place each site's shard on its storage, then the join."""
         write_trial(self.work, trial, world.model, world.shards, world.record_ids)
-        sizes = {}
-        for site, local in self.sites.items():
-            n = local.open_trial(trial, self.seed)
-            problem = join_problem(n, self.max_n)
-            if problem:
-                self.events.write("dropout", site=site, session=join_session(trial), phase="join", reason=problem)
-            else:
-                sizes[site] = n
-        self.devices = {site: local.device for site, local in self.sites.items()}
-        return sizes
+        if self.adversary is not None:  # what the scenario made: the attacks test releases against it
+            self.adversary.truth = world.site_scores
+        return self.coordinator.open_trial(trial, self.seed, self.site_ids)[0]
 
-    def attack_rows(self) -> None:
-        """No attacks in-process (they need site processes)."""
-        return None
-
-    def run_method(self, trial: int, index: int, method: Method, sizes: dict[str, int], label: str) -> Outcome:
-        session_id = method_session(trial, index)
-
-        def ask(site, phase, body):
-            return self.sites[site].answer(session_id, method.name, phase, body)
-
-        session = Session(method, sizes, coordinator_rng(site_rng(self.seed, trial, session_id, COORDINATOR_ID),
-                                                         self.seeded_noise))
-        self.events.write("session_start", **session.opening(trial, session_id, label))
-        outcome = drive(method, sizes, ask, session.rng, session=session)
-        for record in session.transcript:
-            for site, reason in record.dropped.items():
-                self.events.write("dropout", site=site, session=session_id, phase=record.phase, reason=reason)
-        if self.transcripts is not None:
-            self.transcripts.append((trial, label, session.transcript))
-        self.events.write("session_end", **session.closing(trial, session_id, label))
-        return outcome
+    def _forge(self, sealed: dict[str, dict], session: int) -> None:
+        """The sybil attack's senders, in memory: parties the registry does not hold."""
+        for name, payload in sealed.items():
+            self.transport.inject(name, SHUFFLER_ID, Packer(name).pack("sealed", session, payload))
 
     def close(self) -> None:
-        """Nothing to release: the in-process sites hold no processes or sockets."""
+        self.coordinator.shutdown()
+        self.transport.close()
 
 
 #: the backends: how a run's sites are reached, by name (run.py run --backend, quorum.run(backend=...))

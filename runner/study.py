@@ -54,8 +54,9 @@ def run_study(scenario: RunSpec | Mapping, out: str | Path, *, backend: str = "p
     run = RunSpec.of(scenario)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}")
-    if (run.faults or run.attacks or run.network.emulated or run.network.kernel) and backend != "processes":
-        raise ValueError("faults, attacks and a network act on site processes and the wire: use the processes backend")
+    if backend == "processes" and run.runtime.clock == "virtual":
+        raise ValueError("runtime.clock virtual needs the inprocess backend: site processes answer in real time "
+                         "(run.py run --backend inprocess, or runtime.clock: auto)")
     if run.network.kernel:
         kernel_links_possible(run, external_sites)
     dp_sgd = run.world.model.get("dp_sgd")

@@ -81,6 +81,9 @@ SCENARIO_FIELDS = {
         # the largest calibration size a site may announce at join: a larger one is a dropout (at
         # most what the planners hold, protocol.engine.MAX_PLANNED_N)
         "max_n": {"type": "int", "min": 1, "max": MAX_PLANNED_N, "default": MAX_PLANNED_N},
+        # the clock deadlines and links run by (transport.clock): auto is virtual in-process (network
+        # time, faster than real time), real over processes (whose sites answer in real time)
+        "clock": {"type": "str", "choices": ["auto", "virtual", "real"], "default": "auto"},
         "deadlines": {"type": "map", "fields": {
             "hello": {"type": "float", "gt": 0, "default": 60.0},
             "join": {"type": "float", "gt": 0, "default": 120.0},

@@ -41,12 +41,13 @@ class Runtime:
     launcher: Mapping[str, Any]  # kind (local, ray), address, hosts, resources
     max_n: int  # the largest n_j a site may join with
     deadlines: Deadlines
+    clock: str = "auto"  # auto | virtual | real (transport.clock)
 
     @classmethod
     def of(cls, runtime: Mapping[str, Any]) -> "Runtime":
         return cls(runtime["bind"], runtime["shuffler_bind"], runtime["security"], runtime["keys"],
                    runtime["placement"]["sites_per_process"], runtime["launcher"], runtime["max_n"],
-                   Deadlines(**runtime["deadlines"]))
+                   Deadlines(**runtime["deadlines"]), runtime["clock"])
 
 
 @dataclass(frozen=True)

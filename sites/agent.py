@@ -25,11 +25,10 @@ import os
 
 import zmq
 
-from protocol.methods import RequestError
 from protocol.phases import SequenceGuard
-from protocol.sessions import SESSIONS_PER_TRIAL
-from protocol.wire import COORDINATOR_TO_SITE, device_name, refusal
+from protocol.wire import COORDINATOR_TO_SITE
 from sites.local import SiteLocal
+from sites.reply import SHUFFLER, site_replies, where
 from sites.storage import GroupCommit
 from sites.trials import TrialCache
 from transport.channel import DealerChannel
@@ -123,16 +122,11 @@ class SiteAgent:
         self._log_faults()
 
     def _handle(self, envelope) -> None:
-        payload, session = envelope.payload, envelope.session
-        if envelope.type == "close":
-            self.local.close_session(session)
-            return
-        if envelope.type == "open":
-            trial, phase, method = payload["trial"], "join", None
-        else:
-            trial, phase, method = session // SESSIONS_PER_TRIAL, payload["phase"], payload["method"]
+        session = envelope.session
+        trial, phase, _ = where(envelope) if envelope.type != "close" else (None, None, None)
         delay = 0.0
-        behaviour = self.faults.behaviour(trial, phase, session) if self.faults is not None else None
+        behaviour = self.faults.behaviour(trial, phase, session) if (
+            self.faults is not None and envelope.type != "close") else None
         if behaviour is not None:
             action, seconds = behaviour
             self.log.warning("scripted fault: %s in trial %s, phase %s", action, trial, phase)
@@ -145,11 +139,11 @@ class SiteAgent:
             if action == "straggle":
                 return
             delay = seconds
-
-        def reply(mtype, body, outbox=self.outbox, channel=self.channel):
+        for to, mtype, body in site_replies(self.local, envelope, self.to_shuffler is not None, self.log):
+            channel, outbox = self.to_shuffler if to == SHUFFLER else (self.channel, self.outbox)
             message = channel.pack(mtype, session, body)
 
-            def send():
+            def send(message=message, mtype=mtype, outbox=outbox):
                 if self.running:
                     outbox.send(message, mtype, trial=trial, phase=phase, session=session, delay=delay)
                 return self
@@ -159,35 +153,6 @@ class SiteAgent:
                 send()
             else:
                 self.commit.after(send)
-
-        if envelope.type == "open":
-            try:
-                n = self.local.open_trial(trial, payload["seed"])
-            except Exception as exc:  # a broken shard or model must not end the site
-                self.log.exception("cannot open trial %s", trial)
-                reply("error", refusal("join", f"cannot open trial {trial}: {exc}"))
-                return
-            reply("join", {"n": n, "device": device_name(self.local.device)})
-            return
-        if self.to_shuffler is None and self.local.route(method) == "shuffler":  # before anything is booked
-            reply("error", refusal(phase, "this site was given no shuffler endpoint"))
-            return
-        try:
-            body = self.local.answer(session, method, phase, payload["body"])
-        except RequestError as exc:
-            self.log.warning("refused request in session %d: %s", session, exc)
-            reply("error", refusal(phase, str(exc)))
-            return
-        except Exception as exc:  # a failing site half is reported, not fatal
-            self.log.exception("site half failed in session %d", session)
-            reply("error", refusal(phase, f"site failure: {type(exc).__name__}: {exc}"))
-            return
-        if self.local.route(method) != "shuffler":
-            reply("response", {"phase": phase, "body": body})
-        else:
-            shuffle_channel, shuffle_outbox = self.to_shuffler
-            claim = self.local.sealing_claim(method, phase, payload["body"])
-            reply("sealed", {"phase": phase, "ciphertext": body, "claim": claim}, shuffle_outbox, shuffle_channel)
 
     def _crash(self) -> None:
         """End this agent as a crash would: nothing more leaves, its connections drop now."""

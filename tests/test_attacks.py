@@ -1,4 +1,8 @@
-"""Issue 35: an adversarial coordinator you can script, over real site processes.
+"""Issue 35: an adversarial coordinator you can script; issue 50: on both backends.
+
+Every attack runs through the one pump (coordinator.driver) on either backend: in-process in
+milliseconds (the in-memory transport, sites and shuffler), and over real site processes (the
+private-bins attacks in the default suite, the others in the slower one, `-m slow`).
 
 Each attack of the shipped scenarios runs against live sites under the default policy, and the
 run reports what every site refused and why (attacks.csv, summary.json, privacy.csv, events):
@@ -29,6 +33,9 @@ BUDGET = ROOT / "scenarios" / "attacks" / "budget.yaml"
 LYING = ROOT / "scenarios" / "attacks" / "lying-coordinator.yaml"
 
 
+BACKENDS = ["inprocess", pytest.param("processes", marks=pytest.mark.slow)]
+
+
 def attacks_of(out: Path) -> dict[str, dict]:
     rows = list(csv.DictReader(open(out / "attacks.csv")))
     summary = json.loads((out / "summary.json").read_text())["attacks"]
@@ -36,8 +43,9 @@ def attacks_of(out: Path) -> dict[str, dict]:
     return {row["attack"]: row for row in rows}
 
 
-def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_path):
-    summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path)
+@pytest.mark.parametrize("backend", ["inprocess", "processes"])
+def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_path, backend):
+    summary = run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path, backend=backend)
     rows = attacks_of(tmp_path)
     assert [a["attack"] for a in summary["attacks"]] == ["replay_noise", "forbidden_method", "switch_method",
                                                            "inflate_claim", "batch_of_one", "equivocate", "sybil"]
@@ -68,24 +76,26 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     assert sum(e["event"] == "attack" for e in events) == 7
 
 
-def test_sybil_senders_pad_a_shuffle_only_where_there_is_no_registry_to_hold_them(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sybil_senders_pad_a_shuffle_only_where_there_is_no_registry_to_hold_them(tmp_path, backend):
     """The same sybil attack without CURVE (runtime.security: plain, for debugging only): nothing
     checks who dials the shuffler, and the five forged messages are counted as contributors. So
     the registry's allow-list is what holds the line in the test above."""
     spec = load_scenario(PRIVATE_BINS, ["trials=1", "runtime.security=plain"]).to_dict()
     spec["methods"] = [m for m in spec["methods"] if m["label"] == "padded"]
     spec["attacks"] = [a for a in spec["attacks"] if a["method"] == "padded"]
-    run_study(validate_scenario(spec), tmp_path)
+    run_study(validate_scenario(spec), tmp_path, backend=backend)
     sybil = attacks_of(tmp_path)["sybil"]
     assert sybil["answered"] == "15" and "5 of their sealed messages were taken" in sybil["finding"]
 
 
-def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_default_budget(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_default_budget(tmp_path, backend):
     """Issue 47: sites with no policy or budget of their own (epsilon 3 per record, the defaults),
     asked for an epsilon-1 bin and then the same question 10 times more, in fresh sessions (trial
     0) or replayed within the session (trial 1): each site answers exactly 3 times per trial (the
     pld composition of three epsilon-1 pure releases is 3), whatever the coordinator tries."""
-    run_study(load_scenario(BUDGET).to_dict(), tmp_path)
+    run_study(load_scenario(BUDGET).to_dict(), tmp_path, backend=backend)
     rows = list(csv.DictReader(open(tmp_path / "attacks.csv")))
     assert [(r["trial"], r["attack"]) for r in rows] == [("0", "repeat"), ("1", "replay_request")]
     for row in rows:
@@ -96,7 +106,8 @@ def test_asking_again_in_fresh_sessions_or_the_same_one_stops_at_each_sites_defa
     assert all(r["releases"] == "6" and r["refused"] == "16" for r in totals)
 
 
-def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_reason(tmp_path, backend):
     """Issue 47: site-003 is asked for ten times the bins in two secure sums (one-hot bins, DDG
     histograms). In the active mode (the default) each site signs its keys for the question it
     was asked, so site-003's neighbours find its keys not signed for theirs, and site-003 theirs,
@@ -105,7 +116,7 @@ def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_r
     The same sum asked honestly unmasks.
     Issue 48: a claim of 100 times the inputs is refused by every site, under a full graph and a
     sparse one (the claim is more than the sites the session's parameters say it asked)."""
-    run_study(load_scenario(SECURE_SUM).to_dict(), tmp_path)
+    run_study(load_scenario(SECURE_SUM).to_dict(), tmp_path, backend=backend)
     rows = list(csv.DictReader(open(tmp_path / "attacks.csv")))
     assert [(r["method"], r["attack"]) for r in rows] == [("equivocated_sum", "equivocate"),
                                                         ("equivocated_ddg", "equivocate"),
@@ -131,20 +142,22 @@ def test_a_secure_sum_where_one_site_is_asked_another_question_aborts_with_the_r
                for e in events)
 
 
-def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_replayed_noise_predicts_every_release_only_under_seeded_noise(tmp_path, backend):
     """With the policy's explicit `noise: seeded` the coordinator's replay predicts all 10 releases
     of each session, and every output says the releases are not private; from the OS CSPRNG the
     finding is recorded (its rate is tested over 300 sessions in test_site_policy)."""
     spec = load_scenario(PRIVATE_BINS, ["trials=2", "sites.policy.noise=seeded"]).to_dict()
     spec["attacks"] = [a for a in spec["attacks"] if a["attack"] == "replay_noise"]
-    summary = run_study(validate_scenario(spec), tmp_path)
+    summary = run_study(validate_scenario(spec), tmp_path, backend=backend)
     assert [a["finding"].split(" (")[0] for a in summary["attacks"]] == \
         ["replayed 10 of 10 releases from the scenario seed"] * 2
     assert summary["privacy"]["noise"] == "seeded"
 
 
-def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path):
-    run_study(load_scenario(KANON_TABLE, ["trials=1"]).to_dict(), tmp_path)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path, backend):
+    run_study(load_scenario(KANON_TABLE, ["trials=1"]).to_dict(), tmp_path, backend=backend)
     rows = attacks_of(tmp_path)
     table = rows["fabricated_table"]
     assert table["refused"] == "0" and table["answered"] == "8"
@@ -153,7 +166,7 @@ def test_a_fabricated_table_pins_few_limits_and_raw_values_stay_home(tmp_path):
     assert rows["forbidden_method"]["answered"] == "0" and rows["forbidden_method"]["refused"] == "8"
 
 
-def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
+def test_attacks_are_validated_against_their_method(tmp_path):
     raw = load_scenario(PRIVATE_BINS).to_dict()
     raw["attacks"] = [{"attack": "fabricated_table", "method": "replayed"},
                       {"attack": "batch_of_one", "method": "nope"},
@@ -167,8 +180,6 @@ def test_attacks_are_validated_against_their_method_and_backend(tmp_path):
     assert {"attacks[0].method", "attacks[1].method", "attacks[2].trials", "attacks[3].method",
             "attacks[4].method", "attacks[5].method"} <= fields
     assert sum("codec secagg_ddg" in str(p) for p in caught.value.problems) == 2
-    with pytest.raises(ValueError, match="processes backend"):
-        run_study(load_scenario(PRIVATE_BINS, ["trials=1"]).to_dict(), tmp_path, backend="inprocess")
 
 
 def answered_phases(out: Path, label: str) -> set[str]:
@@ -177,7 +188,8 @@ def answered_phases(out: Path, label: str) -> set[str]:
             if r["method"] == label and r["direction"] == "up" and r["type"] == "response"}
 
 
-def test_a_coordinator_that_substitutes_keys_or_equivocates_survivors_is_caught_only_in_the_active_mode(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_coordinator_that_substitutes_keys_or_equivocates_survivors_is_caught_only_in_the_active_mode(tmp_path, backend):
     """Issue 48: a coordinator that lies about keys (substitute_keys: site-000 is sent keys of
     its making for every peer) or about who survived (equivocate_survivors: half the sites that
     list site-000 are told it dropped), over real site processes. In the active mode site-000
@@ -190,7 +202,7 @@ def test_a_coordinator_that_substitutes_keys_or_equivocates_survivors_is_caught_
     and under a full graph the sites' claim check refuses a survivor set smaller than the claim.
     Last, issue 47's equivocate in the semi-honest mode (no signed keys): the digests inside the
     share ciphertexts catch it, and the sites refuse to mask."""
-    run_study(load_scenario(LYING).to_dict(), tmp_path)
+    run_study(load_scenario(LYING).to_dict(), tmp_path, backend=backend)
     rows = {row["method"]: row for row in csv.DictReader(open(tmp_path / "attacks.csv"))}
     results = {r["method"]: r for r in csv.DictReader(open(tmp_path / "results.csv"))}
     assert list(rows) == ["substituted_active", "substituted_semi", "survivors_active", "survivors_semi",

@@ -201,22 +201,18 @@ def test_a_garbage_share_is_corrected_or_ends_the_session_not_the_run(silent):
         assert "only 2 sites completed the unmask phase" in outcome.reason
 
 
-def test_the_shuffler_names_a_sealed_message_by_its_key(caplog):
+def test_the_shuffler_names_a_sealed_message_by_its_key():
     """At the shuffler too, a peer holding site-001's key that sends as site-002 is refused
     naming both (its ROUTER names connections by key, transport.channel)."""
-    import logging
-
-    from protocol.phases import SequenceGuard
     from protocol.shuffle import ShuffleBatch, sealing_claim
     from protocol.wire import Envelope
-    from shuffler.driver import _offer
-    from transport.channel import Incoming
+    from shuffler.core import ShufflerCore
+    from transport.base import Incoming
 
     batch = ShuffleBatch(5, "respond", frozenset({"site-001", "site-002"}))
+    core = ShufflerCore(open_batches={(5, "respond"): (batch, 0.0)})
     envelope = Envelope("sealed", 5, "site-002", 0, {"phase": "respond", "ciphertext": b"x" * 40,
                                                      "claim": sealing_claim(1, b"k" * 32, bytes(32))})
-    with caplog.at_level(logging.WARNING):
-        _offer(Incoming("site-001", 60, envelope=envelope, user_id="site-001"), {(5, "respond"): (batch, 0.0)}, [],
-               SequenceGuard())
-    assert "authenticated as 'site-001' (by its key) sent as 'site-002'" in caplog.text
+    reason = core.from_site(Incoming("site-001", 60, envelope=envelope, user_id="site-001"))
+    assert "authenticated as 'site-001' (by its key) sent as 'site-002'" in reason
     assert batch.received == {}

@@ -52,6 +52,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from protocol.wire import MAX_MESSAGE_BYTES, Envelope, WireError, decode, encode
+from transport.base import CONNECTION_CLOSED, Incoming, Lost, Transport
 from transport.ledger import message_wire_bytes
 from transport.security import (ADMISSION, DEFER_S, ClientKeys, ServerKeys, SiteAuthenticator, secure_client,
                                 secure_server)
@@ -59,15 +60,6 @@ from transport.security import (ADMISSION, DEFER_S, ClientKeys, ServerKeys, Site
 log = logging.getLogger("quorum.channel")
 
 COORDINATOR_ID = "coordinator"
-
-
-@dataclass(frozen=True)
-class Incoming:
-    peer: str  # at a ROUTER: the site id its key authenticated (CURVE) or its routing id (plain)
-    nbytes: int  # size on the wire (ZMTP frames, see transport.ledger)
-    envelope: Envelope | None = None
-    reason: str | None = None  # set when the frames could not be accepted
-    user_id: str | None = None  # the site id ZAP authenticated the connection as (CURVE only)
 
 
 class _Channel:
@@ -149,12 +141,6 @@ def listener_options(endpoint: str) -> dict[int, int]:
     return {zmq.BACKLOG: ACCEPT_BACKLOG, zmq.TCP_KEEPALIVE: 0 if is_loopback(endpoint) else 1,
             zmq.TCP_KEEPALIVE_IDLE: KEEPALIVE_IDLE_S, zmq.TCP_KEEPALIVE_INTVL: KEEPALIVE_INTERVAL_S,
             zmq.TCP_KEEPALIVE_CNT: KEEPALIVE_PROBES}
-
-
-@dataclass(frozen=True)
-class Lost:
-    peer: str
-    reason: str
 
 
 @dataclass
@@ -416,7 +402,7 @@ class Connections:
         return connection.family == sockets.AF_UNIX and local == where
 
 
-class RouterChannel(_Channel):
+class RouterChannel(_Channel, Transport):
     def __init__(self, endpoint: str, *, keys: ServerKeys | None = None, context: zmq.Context | None = None,
                  max_bytes: int = MAX_MESSAGE_BYTES, silent_s: float = SILENT_S,
                  handshake_s: float = HANDSHAKE_S) -> None:
@@ -598,8 +584,7 @@ class RouterChannel(_Channel):
                 continue
             self._descriptor_of.pop(peer, None)
             self._gone.add(peer)
-            self.lost.append(Lost(peer, "its connection closed (the process ended or was killed, or its "
-                                        "machine stopped answering TCP keepalive probes)"))
+            self.lost.append(Lost(peer, CONNECTION_CLOSED))
 
     def close(self) -> None:
         self._read_monitor()
@@ -692,3 +677,24 @@ def orphaned(parent_alive, last_heard: float, idle_timeout: float | None, heard_
     if idle_timeout is not None and time.monotonic() - last_heard > idle_timeout:
         return f"nothing heard{heard_from} for {idle_timeout:.0f} s; exiting"
     return None
+
+
+#: how long forged senders keep their connections, for a handshake the server would accept and the message
+FORGED_WAIT_S = 1.0
+
+
+def send_as_strangers(endpoint: str, server_key: bytes | None, mtype: str, session: int,
+                      payloads: dict[str, dict], wait_s: float = FORGED_WAIT_S) -> None:
+    """Dial `endpoint` once per name of `payloads`, each under a fresh CURVE key pair (plain when
+    `server_key` is None), send its message and hang up: peers nobody admitted (the sybil
+    attack's senders, coordinator.adversary), to show what the server makes of them."""
+    channels = []
+    for name, payload in payloads.items():
+        keys = None if server_key is None else ClientKeys(server_key, *zmq.curve_keypair())
+        channel = DealerChannel(endpoint, name, keys=keys, context=zmq.Context.instance())
+        channel.send(mtype, session, payload)
+        channels.append(channel)
+    time.sleep(wait_s)
+    for channel in channels:
+        channel.socket.setsockopt(zmq.LINGER, 0)
+        channel.close()

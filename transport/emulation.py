@@ -5,7 +5,8 @@ site sends is held after the socket receives it until it would have arrived (`up
 loopback the socket sees a message as the site sends it, so the hold is the link's whole delay.
 Each direction of a site's link is a FIFO queue (transport.links: serialization at its
 bandwidth, latency, jitter, never reordered), a lost message never arrives, and the network's
-clock says whether a site is online. Times are time.monotonic() seconds; the emulator keeps each
+clock says whether a site is online. Times are the pump's clock (transport.clock: real
+time.monotonic() seconds, or a virtual clock's network time); the emulator keeps each
 direction's state (when it is free, its last arrival) and its seeded draws.
 
 Under `network: {mode: kernel}` the kernel's qdiscs delay the messages (transport.kernel_links):
@@ -37,12 +38,12 @@ class LinkEmulator:
         """The network clock (trace seconds) at monotonic time `now`."""
         return self.network.clock(now - self.started)
 
-    def online(self, site: str, now: float | None = None) -> bool:
-        return self.network.online(site, self.at(time.monotonic() if now is None else now))
+    def online(self, site: str, now: float) -> bool:
+        return self.network.online(site, self.at(now))
 
-    def link(self, site: str, now: float | None = None) -> str:
+    def link(self, site: str, now: float) -> str:
         """The name of the site's profile at `now` (its trace's step, or its profile)."""
-        return self.network.profile(site, self.at(time.monotonic() if now is None else now)).name
+        return self.network.profile(site, self.at(now)).name
 
     def arrival(self, site: str, direction: str, nbytes: int, now: float, lossless: bool = False) -> float | None:
         """When a message of `nbytes` wire bytes handed to the site's `direction` ("up" or

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import time
+from typing import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,12 +80,14 @@ class Ledger:
     rows: list[dict] = field(default_factory=list)
     context: dict = field(default_factory=dict)  # trial, session, method, codec, phase of the moment
     keep_rows: bool = True
+    #: the Unix time of now: the pump's clock (transport.clock: a virtual clock's network time)
+    wall_clock: Callable[[], float] = time.time
 
     def record(self, *, site: str, direction: str, mtype: str, nbytes: int, info_bits: int = 0,
                accepted: bool = True, **override) -> dict:
         """Add one row (tags from `context`, then `override`); returns it for later updates. The
         site is inert (protocol.inert): in plain mode it is whatever routing id the peer chose."""
-        now = round(time.time(), 6)
+        now = round(self.wall_clock(), 6)
         row = {"trial": "", "session": "", "method": "", "codec": "", "phase": "", "link": "", **self.context,
                **override, "site": inert(site, MAX_NAME_CHARS), "direction": direction, "type": mtype,
                "bytes": int(nbytes),

@@ -21,8 +21,10 @@ from transport.faults import FaultInjector
 class Outbox:
     def __init__(self, send_raw: Callable[[str | None, bytes], int | None], faults: FaultInjector | None = None,
                  on_sent: Callable[[str | None, str, int, float], None] | None = None,
-                 link: Callable[[str | None, bytes, float], float | None] | None = None) -> None:
-        self._send_raw, self.faults, self.on_sent, self.link = send_raw, faults, on_sent, link
+                 link: Callable[[str | None, bytes, float], float | None] | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        """now: the clock messages are due by (the pump's: transport.clock)."""
+        self._send_raw, self.faults, self.on_sent, self.link, self.now = send_raw, faults, on_sent, link, now
         #: a heap of (due, order, data, peer, type, handed over): thousands of messages held on their
         #: links cost a log per message, not a scan per wake-up
         self.queue: list[tuple[float, int, bytes, str | None, str, float]] = []
@@ -31,7 +33,7 @@ class Outbox:
     def send(self, data: bytes, mtype: str, *, peer=None, trial=None, phase=None, session=None, delay=0.0) -> bool:
         """Queue or send one packed message; False if it could not leave at once (not connected).
         trial, phase and session say which scripted faults concern it."""
-        now = time.monotonic()
+        now = self.now()
         if self.faults is None:
             items = [(now + delay, data, peer)]
         else:
@@ -51,7 +53,7 @@ class Outbox:
         return ok
 
     def flush(self) -> None:
-        now = time.monotonic()
+        now = self.now()
         ready = []
         while self.queue and self.queue[0][0] <= now:
             ready.append(heapq.heappop(self.queue))
@@ -68,7 +70,7 @@ class Outbox:
 
     def timeout(self, default: float) -> float:
         due = self.next_due()
-        return default if due is None else max(0.0, min(default, due - time.monotonic()))
+        return default if due is None else max(0.0, min(default, due - self.now()))
 
     def _emit(self, peer, data, mtype, handed: float) -> bool:
         nbytes = self._send_raw(peer, data)

@@ -1,0 +1,74 @@
+"""Issue 50: one pump over a transport and a clock, so both backends write the same events.
+
+The same scenario, with faults and attacks, run over site processes (ZeroMQ, real time) and in
+process (the in-memory transport, a virtual clock) writes the same events.jsonl: the same joins,
+dropouts with their reasons, rejected messages, attacks, session outcomes, in the same order.
+What may differ is only what a process has and memory has not (pids, placement, keys, endpoints,
+timestamps and durations) and the order in which site processes happened to say hello.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import quorum
+from runner.study import run_study
+
+ROOT = Path(__file__).resolve().parents[1]
+#: events only a run of processes has (where they ran, their keys), and fields that are times or pids
+PROCESS_ONLY = {"coordinator_start", "placement", "keys", "registry", "shuffler_start", "sites_stopped",
+                "shuffler_stopped", "run_start", "run_end"}
+UNTIMED = ("ts", "seconds", "pid")
+
+
+def comparable_events(path: Path) -> list[dict]:
+    """events.jsonl without times, pids and process-only events; hellos in site order (sites
+    come up in any order), everything else in the order it was written."""
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    events = [{k: v for k, v in e.items() if k not in UNTIMED} for e in events if e["event"] not in PROCESS_ONLY]
+    hellos = iter(sorted((e for e in events if e["event"] == "hello"), key=lambda e: e["site"]))
+    return [next(hellos) if e["event"] == "hello" else e for e in events]
+
+
+CASES = [  # (scenario, overrides): a crash and stragglers; every attack on private bins; a lying secure sum
+    ("scenarios/faults-site-crash.yaml", ["trials=4", "sites.policy.noise=seeded"]),
+    ("scenarios/attacks/private-bins.yaml", ["trials=1", "sites.policy.noise=seeded"]),
+    ("scenarios/attacks/secure-sum.yaml", ["sites.policy.noise=seeded"]),
+]
+
+
+@pytest.mark.parametrize("path, overrides", CASES, ids=[Path(p).stem for p, _ in CASES])
+def test_both_backends_write_the_same_events(path, overrides, tmp_path):
+    scenario = quorum.load_scenario(ROOT / path, overrides).to_dict()
+    written = {}
+    for backend in ("inprocess", "processes"):
+        run_study(scenario, tmp_path / backend, backend=backend)
+        written[backend] = comparable_events(tmp_path / backend / "events.jsonl")
+    inproc, procs = written["inprocess"], written["processes"]
+    assert any(e["event"] in ("dropout", "attack", "rejected") for e in procs), "nothing happened to compare"
+    for i, (a, b) in enumerate(zip(inproc, procs)):
+        assert a == b, f"event {i} differs:\n in-process {a}\n processes  {b}"
+    assert len(inproc) == len(procs)
+
+
+def test_the_in_process_backend_waits_out_deadlines_in_network_time_without_sleeping(tmp_path, monkeypatch):
+    """Stragglers' 3 s deadline passes on the virtual clock: the log's times (network time) say
+    the phase lasted its deadline, and nothing in the run slept (time.sleep refuses here)."""
+    import time
+
+    def no_sleep(seconds):
+        raise AssertionError(f"slept {seconds} s on a virtual clock")
+
+    scenario = quorum.load_scenario(ROOT / "scenarios/faults-site-crash.yaml", ["trials=4"]).to_dict()
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    run_study(scenario, tmp_path, backend="inprocess")
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    late = [e for e in events if e["event"] == "dropout" and "no answer within the respond deadline (3 s)" in e["reason"]]
+    assert len(late) == 4 * 4  # the 20% of 20 sites that straggle in trial 3, in each of its 4 sessions
+    opened = next(e for e in events if e["event"] == "session_start" and e["session"] == late[0]["session"])
+    assert late[0]["ts"] - opened["ts"] == pytest.approx(3.0, abs=0.01)
+    rows = (tmp_path / "ledger.csv").read_text().splitlines()
+    assert len(rows) > 100  # the in-memory transport meters every message, as the sockets do
