@@ -27,16 +27,16 @@ from protocol.engine import JoinSession, Session, WireSession
 from protocol.exchange import PhaseExchange, SessionEvent
 from protocol.methods import Method, Outcome
 from protocol.noise import coordinator_rng
-from protocol.phases import SequenceGuard
+from protocol.membership import Membership
 from protocol.sessions import method_session
-from protocol.wire import SHUFFLER_ID, SHUFFLER_TO_COORDINATOR, SITE_TO_COORDINATOR, Envelope
+from protocol.wire import SHUFFLER_ID, Envelope
 from stats.randomness import site_rng
 from transport.base import Incoming, Transport
 from transport.channel import COORDINATOR_ID
 from transport.clock import Clock, RealClock
-from transport.emulation import Held, LinkEmulator
+from transport.emulation import LinkEmulator, SocketLinks
 from transport.faults import FaultInjector, kill_self
-from transport.ledger import Ledger, handshake_bytes, message_wire_bytes
+from transport.ledger import Ledger, handshake_bytes
 from transport.outbox import Outbox
 
 #: forge({sender: sealed payload}, session): the sybil attack's senders, who reach the shuffler as
@@ -69,15 +69,14 @@ class Coordinator:
             events.wall_clock = self.ledger.wall_clock
         self.faults = faults
         #: the scenario's network (transport.emulation): each site's link, applied at this socket
-        self.links = links if links is not None and links.network.emulated else None
-        if self.links is not None:  # the network's trace starts with this pump's clock
-            self.links.started = self.clock.now()
-        self._held = Held()  # what sites sent, held until their link delivers it: (incoming, when received)
+        self.links = None
+        if links is not None and links.network.emulated:
+            links.started = self.clock.now()  # the network's trace starts with this pump's clock
+            self.links = SocketLinks(links, self.clock.now, self._lost_on_link)
         self.outbox = Outbox(lambda site, data: transport.send_raw(site, [data]), faults, self._sent,
-                             link=self._downlink if self.links is not None else None, now=self.clock.now)
-        self.members: dict[str, int] = {}  # site id -> pid it reported
-        self.shuffler_pid: int | None = None  # set when the shuffler process said hello
-        self.guard = SequenceGuard()
+                             link=(lambda peer, data, due: self.links.downlink(peer, data, due, transport.curve))
+                             if self.links is not None else None, now=self.clock.now)
+        self.membership = Membership()  # who said hello; the run-level checks of every envelope
         self.seed = 0
         self.devices: dict[str, str] = {}
         self.disconnected: dict[str, str] = {}  # site -> why its connection was lost (until it speaks again)
@@ -143,22 +142,20 @@ class Coordinator:
         self.ledger.record(site=site, direction="down", mtype=mtype, nbytes=nbytes, sent=self.clock.wall(handed),
                            link=self._link_name(site, handed))
 
-    def _downlink(self, peer: str, data: bytes, due: float) -> float | None:
-        """When a message handed over at `due` reaches `peer` over its link (None: dropped)."""
-        if peer == SHUFFLER_ID:  # the shuffler is infrastructure, on the coordinator's own network
-            return due
-        arrival = self.links.arrival(peer, "down", message_wire_bytes([len(data)], self.transport.curve), due)
-        if arrival is None:
-            self.events.write("lost", site=peer, direction="down", phase=self.ledger.context.get("phase"),
-                              trial=self.ledger.context.get("trial"))
-        return arrival
+    def _lost_on_link(self, site: str, direction: str) -> None:
+        self.events.write("lost", site=site, direction=direction, phase=self.ledger.context.get("phase"),
+                          trial=self.ledger.context.get("trial"))
 
     def _link_name(self, site: str, at: float) -> str:
-        return self.links.link(site, at) if self.links is not None and site != SHUFFLER_ID else ""
+        return self.links.link_name(site, at) if self.links is not None else ""
 
-    def offline(self, site: str) -> bool:
-        """The site's link says it is offline now (a scenario's network availability)."""
-        return self.links is not None and site != SHUFFLER_ID and not self.links.online(site, self.clock.now())
+    @property
+    def members(self) -> dict[str, int]:
+        return self.membership.members
+
+    @property
+    def shuffler_pid(self) -> int | None:
+        return self.membership.shuffler_pid
 
     def _maybe_die(self, trial, phase, session) -> None:
         rule = self.faults.kill_coordinator(trial, phase, session) if self.faults is not None else None
@@ -260,7 +257,7 @@ class Coordinator:
 
     def _send(self, exchange: PhaseExchange, trial) -> None:
         for out in exchange.take():
-            if self.offline(out.peer):  # the scenario's network: the site is not online when asked
+            if self.links is not None and self.links.offline(out.peer):  # the network: not online when asked
                 exchange.not_sent(out.peer, "offline")
                 continue
             data = self.transport.pack(out.mtype, exchange.session, out.payload)
@@ -274,7 +271,7 @@ class Coordinator:
         """Next acceptable envelope before `deadline` and its ledger row; hellos are absorbed
         into membership. Every message received is in the ledger, accepted or not."""
         self.outbox.flush()
-        held = self._held.pop_due(self.clock.now())
+        held = self.links.held.pop_due(self.clock.now()) if self.links is not None else None
         if held is not None:
             incoming, received = held
         else:
@@ -282,7 +279,7 @@ class Coordinator:
             if incoming is None:
                 return None, None
         self.disconnected.pop(incoming.peer, None)
-        reason = incoming.reason or self._check(incoming)
+        reason = incoming.reason or self.membership.check(incoming.peer, incoming.envelope, self.transport.curve)
         mtype = incoming.envelope.type if incoming.envelope is not None else "malformed"
         row = self.ledger.record(site=incoming.peer, direction="up", mtype=mtype, nbytes=incoming.nbytes,
                                  accepted=reason is None, sent=self.clock.wall(received),
@@ -290,28 +287,22 @@ class Coordinator:
         if reason:
             self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
             return None, row
-        envelope = incoming.envelope
-        if envelope.type == "hello" and envelope.sender == SHUFFLER_ID:
-            row.update(phase="hello", method="", codec="", trial="", session="")
-            self.shuffler_pid = envelope.payload["pid"]
-            self.events.write("hello", site=SHUFFLER_ID, pid=self.shuffler_pid)
-            return None, row
-        if envelope.type == "hello":
-            row.update(phase="hello", method="", codec="", trial="", session="")
-            if envelope.sender not in self.members:
-                self._record_handshake(envelope.sender)
-            self.members[envelope.sender] = envelope.payload["pid"]
-            self.events.write("hello", site=envelope.sender, pid=envelope.payload["pid"])
-            return None, row
-        return envelope, row
+        if incoming.envelope.type != "hello":
+            return incoming.envelope, row
+        row.update(phase="hello", method="", codec="", trial="", session="")
+        new, event = self.membership.hello(incoming.envelope)
+        if new and incoming.peer != SHUFFLER_ID:
+            self._record_handshake(incoming.peer)
+        self._write([event])
+        return None, row
 
     def _arriving(self, deadline: float) -> Incoming | None:
         """What the transport receives before `deadline` (or a held message falls due) that has
         arrived: a site's message is held until its link delivers it (transport.emulation)."""
         now = self.clock.now()
         wait = self.outbox.timeout(max(0.0, deadline - now))
-        if self._held.next_due() is not None:
-            wait = max(0.0, min(wait, self._held.next_due() - now))
+        if self.links is not None and self.links.held.next_due() is not None:
+            wait = max(0.0, min(wait, self.links.held.next_due() - now))
         incoming = self.transport.receive(timeout_s=wait)
         self.outbox.flush()
         for lost in self.transport.lost:
@@ -320,20 +311,7 @@ class Coordinator:
             self.events.write("connection_lost", site=lost.peer, reason=lost.reason,
                               trial=self.ledger.context.get("trial"), phase=self.ledger.context.get("phase"))
         self.transport.lost.clear()
-        if incoming is None or self.links is None or incoming.peer == SHUFFLER_ID:
-            return incoming
-        hello = incoming.envelope is not None and incoming.envelope.type == "hello"
-        received = self.clock.now()
-        # a hello is the connection coming up (TCP's, reliable): delayed by the link, never lost
-        arrival = self.links.arrival(incoming.peer, "up", incoming.nbytes, received, lossless=hello)
-        if arrival is None:
-            self.events.write("lost", site=incoming.peer, direction="up", phase=self.ledger.context.get("phase"),
-                              trial=self.ledger.context.get("trial"))
-            return None
-        if arrival > self.clock.now():
-            self._held.put(arrival, (incoming, received))
-            return None
-        return incoming
+        return incoming if self.links is None else self.links.uplink(incoming)
 
     def _take_lost(self) -> list[str]:
         """Sites whose connection closed since the last call (and that have not spoken since)."""
@@ -350,22 +328,6 @@ class Coordinator:
                            **tags)
         self.ledger.record(site=site, direction="down", mtype="handshake",
                            nbytes=handshake_bytes(curve, "ROUTER", b"", client=False), **tags)
-
-    def _check(self, incoming: Incoming) -> str | None:
-        envelope = incoming.envelope
-        if self.transport.curve and envelope.sender != incoming.peer:
-            return (f"connection authenticated as {incoming.peer!r} (by its key) sent as {envelope.sender!r}: "
-                    f"a site cannot speak for another")
-        if envelope.sender != incoming.peer:
-            return f"sender field says {envelope.sender!r} but the message came from {incoming.peer!r}"
-        if envelope.sender == SHUFFLER_ID:
-            if envelope.type not in SHUFFLER_TO_COORDINATOR:
-                return f"message type {envelope.type!r} is not sent by the shuffler"
-        elif envelope.type not in SITE_TO_COORDINATOR:
-            return f"message type {envelope.type!r} is not sent by sites"
-        if envelope.type == "hello":
-            self.guard.forget(envelope.sender)  # a (re)started site numbers from zero again
-        return self.guard.check(envelope)
 
     def _reject_envelope(self, envelope: Envelope, reason: str) -> None:
         self.events.write("rejected", site=envelope.sender, session=envelope.session,

@@ -21,6 +21,9 @@ import itertools
 import time
 from typing import Any
 
+from protocol.wire import SHUFFLER_ID
+from transport.base import Incoming
+from transport.ledger import message_wire_bytes
 from transport.links import Network, serialization_seconds
 
 
@@ -87,3 +90,48 @@ class Held:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class SocketLinks:
+    """The scenario's links as one socket applies them (the coordinator's): the arrival of what it
+    sends to a site, the hold on what a site sent until its uplink would have delivered it, lost
+    messages (reported through `on_lost(site, direction)`), whether a site is online and its
+    link's name; times on the pump's clock (`now`). The shuffler is on the coordinator's own
+    network: no link of a site's applies to it."""
+
+    def __init__(self, emulator: LinkEmulator, now, on_lost) -> None:
+        self.emulator, self.now, self.on_lost = emulator, now, on_lost
+        self.held = Held()  # what sites sent, held until their link delivers it: (incoming, when received)
+
+    def downlink(self, peer: str, data: bytes, due: float, curve: bool) -> float | None:
+        """When a message handed over at `due` reaches `peer` (None: its link dropped it)."""
+        if peer == SHUFFLER_ID:
+            return due
+        arrival = self.emulator.arrival(peer, "down", message_wire_bytes([len(data)], curve), due)
+        if arrival is None:
+            self.on_lost(peer, "down")
+        return arrival
+
+    def uplink(self, incoming: Incoming | None) -> Incoming | None:
+        """What the socket just received, if its link has delivered it by now; else None (held
+        until then, or lost). A hello is the connection coming up (TCP's, reliable): delayed by
+        the link, never lost."""
+        if incoming is None or incoming.peer == SHUFFLER_ID:
+            return incoming
+        received = self.now()
+        hello = incoming.envelope is not None and incoming.envelope.type == "hello"
+        arrival = self.emulator.arrival(incoming.peer, "up", incoming.nbytes, received, lossless=hello)
+        if arrival is None:
+            self.on_lost(incoming.peer, "up")
+            return None
+        if arrival > self.now():
+            self.held.put(arrival, (incoming, received))
+            return None
+        return incoming
+
+    def link_name(self, site: str, at: float) -> str:
+        return "" if site == SHUFFLER_ID else self.emulator.link(site, at)
+
+    def offline(self, site: str) -> bool:
+        """The site's link says it is offline now (a scenario's network availability)."""
+        return site != SHUFFLER_ID and not self.emulator.online(site, self.now())
