@@ -33,8 +33,8 @@ from protocol.methods.learning_rounds import MAX_ROUNDS
 from protocol.methods.secure_sum import SECAGG_SPEC
 from protocol.methods.tail_rounds import (CURATOR_MODEL, MECHANISM, TailCoordinator, TailSite,
                                           histogram_sensitivity2, round_rho)
-from protocol.methods.tail_secagg import (DISTRIBUTED, DISTRIBUTED_MODEL, DistributedCoordinator, asks_question,
-                                          distributed_release_shape, distributed_round_rhos, distributed_spend,
+from protocol.methods.tail_secagg import (DISTRIBUTED, DISTRIBUTED_MODEL, DistributedCoordinator, DistributedSite,
+                                          asks_question, distributed_release_shape, distributed_round_rhos, distributed_spend,
                                           plan_distributed, tail_phase_table)
 from results.robust_training import RobustTraining
 
@@ -160,7 +160,7 @@ class TailMethod(Method):
 
     @classmethod
     def site(cls, rows, rng, site_id):
-        half = TailSite(rows, rng, site_id, cls.name, cls.sums)
+        half = TailSite(rows, rng, site_id, cls.name, cls.sums, sums_half=DistributedSite)
         half.digest = cls.request_digest
         return half
 

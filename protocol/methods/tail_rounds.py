@@ -283,13 +283,12 @@ class TailSite(SiteHalf):
     from the global weights, its loss (clipped and binned under privacy) and the update (clipped)."""
 
     def __init__(self, rows: np.ndarray, rng=None, site_id: str = "", method: str = "",
-                 sums: tuple[str, ...] = ()) -> None:
+                 sums: tuple[str, ...] = (), sums_half=None) -> None:
         """rng: the site's noise source (the random rounding of its update under distributed
         noise); site_id: who it is (its secure sums bind their keys to it); method: the method's
         name (what its spends are keyed by); sums: the secure sums its rounds may hold (none without
-        privacy)."""
-        from protocol.methods.tail_secagg import DistributedSite
-
+        privacy); sums_half(site, rng): what answers them (protocol.methods.tail_secagg's
+        DistributedSite, passed by the method, which knows both halves)."""
         rows = np.asarray(rows, dtype=float)
         if rows.ndim != 2 or rows.shape[1] < 2 or len(rows) == 0:
             raise RequestError(f"this method needs examples data (features then label per row), the site holds "
@@ -301,7 +300,7 @@ class TailSite(SiteHalf):
         self.evaluated = False
         self.site_id, self.method, self.sum_kinds = site_id, method, sums
         self.identity = None  # the site's signing key and registry: its driver sets it
-        self.sums = DistributedSite(self, rng)
+        self.sums = sums_half(self, rng) if sums_half is not None else None
         self.digest = None  # the method's request_digest: its class sets it
 
     def answer(self, phase, body):
@@ -321,6 +320,8 @@ class TailSite(SiteHalf):
         if not self.classes:
             raise RequestError(f"{phase} before setup in this session")
         if phase.name not in ("round", "evaluate"):
+            if self.sums is None:
+                raise RequestError(f"{phase}: this site holds no secure sums for {self.method or 'this method'}")
             return self.sums.answer(phase, body, lambda received: self.digest(phase, received), self.method,
                                     self.sum_kinds)
         W = self._weights(body)
