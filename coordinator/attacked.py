@@ -38,11 +38,14 @@ class AttackedSession:
     def kind(self) -> str:
         return self.rule["attack"]
 
-    def begin(self) -> None:
-        if self.kind == "forbidden_method":  # the method's own phases are never asked
+    def begin(self, trial: int, label: str) -> None:
+        forbidden = self.kind == "forbidden_method"  # the method's own phases are never asked
+        self.inner.begin(trial, label, start=not forbidden)
+        if forbidden:
             self.extras.append(("forbid", None))
-        else:
-            self.inner.begin()
+
+    def close(self) -> None:
+        self.inner.close()
 
     def next_exchange(self, timeout: float, now: float, shuffler: bool) -> PhaseExchange | None:
         if self.extras:
@@ -83,7 +86,7 @@ class AttackedSession:
         self.inner.step = session.advance(decoded, exchange.dropped)
 
     def take_events(self) -> list[SessionEvent]:
-        events, self.events = self.events + self.inner.take_events(), []
+        events, self.events = self.inner.take_events() + self.events, []
         return events
 
     @property

@@ -186,9 +186,9 @@ class Coordinator:
         rule = self.adversary.rule_for(trial, label) if self.adversary is not None else None
         if rule is not None:
             wire = AttackedSession(wire, self.adversary, rule, trial, label, method, sizes)
-        self.events.write("session_start", **session.opening(trial, session_id, label))
         with cycle_collection_paused():
-            wire.begin()
+            wire.begin(trial, label)
+            self._write(wire.take_events())
             while (exchange := wire.next_exchange(self.deadlines.respond, self.clock.now(),
                                                   shuffler=self.shuffler_pid is not None)) is not None:
                 self.ledger.context = {"trial": trial, "session": session_id, "method": label,
@@ -209,11 +209,11 @@ class Coordinator:
                 self.ledger.flush()
                 exchange = rows = None
             outcome = wire.outcome
-            self._write(wire.take_events())
         if self.transcripts is not None:
             self.transcripts.append((trial, label, session.transcript))
         self.ledger.flush()
-        self.events.write("session_end", **session.closing(trial, session_id, label))
+        wire.close()
+        self._write(wire.take_events())
         return outcome
 
     # -- the pump ----------------------------------------------------------------------------

@@ -270,8 +270,18 @@ class WireSession:
         self.session, self.session_id = session, session_id
         self.step: Requests | Outcome | None = None
 
-    def begin(self) -> None:
-        self.step = self.session.start()
+    def begin(self, trial: int, label: str, start: bool = True) -> None:
+        """The session opens (its `session_start` event); the half's first phase, unless `start` is
+        False (an attack that never asks the method's own phases)."""
+        self.trial, self.label = trial, label
+        self.session.events.append(SessionEvent("session_start", self.session.opening(trial, self.session_id, label)))
+        if start:
+            self.step = self.session.start()
+
+    def close(self) -> None:
+        """The session's `session_end` event, once its outcome is known."""
+        self.session.events.append(SessionEvent("session_end", self.session.closing(self.trial, self.session_id,
+                                                                                     self.label)))
 
     def next_exchange(self, timeout: float, now: float, shuffler: bool) -> PhaseExchange | None:
         """The next phase on the wire, or None when the session has its outcome."""

@@ -20,12 +20,11 @@ import math
 import resource
 from dataclasses import dataclass
 
-import zmq
 
 from runner.processes import placement
 from sites.host import descriptors_needed
 from sites.storage import available_memory
-from transport.channel import is_loopback
+from transport.channel import is_loopback, zeromq_socket_limit
 
 #: memory a site costs the run (both ends of its connection and its share of the processes),
 #: measured: 10,000 sites of one float each peaked 0.95 GiB above 1,000 sites' (bench/scale.py)
@@ -73,7 +72,7 @@ def limits(sites: int, *, shuffled: bool, sites_per_process, local_sites: bool, 
             found.append(Limit(f"open files of a site host of {placed.sites_per_process:,} sites", needed, hard,
                                "put fewer sites per process (runtime.placement.sites_per_process) "
                                "or raise the hard limit (`ulimit -Hn`)"))
-    socket_limit = zmq.Context.instance().get(zmq.SOCKET_LIMIT)
+    socket_limit = zeromq_socket_limit()
     if placed.sites_per_process * per_site + 16 > socket_limit:
         found.append(Limit(f"ZeroMQ sockets in one site host of {placed.sites_per_process:,} sites",
                            placed.sites_per_process * per_site + 16, socket_limit,

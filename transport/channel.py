@@ -698,3 +698,8 @@ def send_as_strangers(endpoint: str, server_key: bytes | None, mtype: str, sessi
     for channel in channels:
         channel.socket.setsockopt(zmq.LINGER, 0)
         channel.close()
+
+
+def zeromq_socket_limit() -> int:
+    """The most sockets one ZeroMQ context of this libzmq can hold (ZMQ_SOCKET_LIMIT)."""
+    return zmq.Context.instance().get(zmq.SOCKET_LIMIT)
