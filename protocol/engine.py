@@ -3,22 +3,22 @@
 A `Session` owns everything about one session of a method that is not a socket or a clock: it
 builds the coordinator half (a half that fails on what the sites sent ends the session, not the
 run), wraps each request with the codec, decodes each answer (an undecodable body is a dropout
-with its reason), turns a shuffler's batch into answers and dropouts (a short or withheld batch
-forwards nothing), counts rounds, and keeps the transcript: each phase's requests, decoded
-answers and dropouts. Events in (answers, dropouts, a batch), messages out (`Requests`, or the
-`Outcome`):
+with its reason, and a `rejected` event), counts rounds, and keeps the transcript: each phase's
+requests, decoded answers and dropouts. `WireSession` puts it on the wire: each phase the half
+asks for becomes a `PhaseExchange` (protocol.exchange: what to send, what to accept, who
+dropped out, the shuffler's batch), and the events it decides (session_start, dropout, rejected,
+session_end) wait for the pump to write them:
 
-    session = Session(method, sizes, rng)
-    step = session.start()
-    while isinstance(step, Requests):
-        ... send step.messages (to the shuffler first when step.route == "shuffler"), collect ...
-        decoded = session.decode(bodies)           # undecodable bodies become dropouts
-        step = session.advance(decoded, dropped)
-    outcome = step
+    wire = WireSession(Session(method, sizes, rng), session_id)
+    wire.begin(trial, label)
+    while (exchange := wire.next_exchange(timeout, clock.now(), shuffler=...)) is not None:
+        ... move exchange.take() out, exchange.receive(envelope, now) in, exchange.tick(now) ...
+        wire.finished(exchange)
+    wire.close(); write(wire.take_events())
 
-The socket driver (coordinator/driver.py) adds sockets, deadlines, the ledger, faults and events;
-the in-process backend (protocol/inprocess.py) is a short pump over the same Session. Joining a
-trial follows one rule in both, `join_problem`.
+The pump (coordinator/driver.py) runs it over any transport and clock, for both backends; the
+join is a session of its own (`JoinSession`), by one rule (`join_problem`). protocol/inprocess.py
+steps a bare Session with no wire at all (`start`, `decode`, `advance`), for method unit tests.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""Run method sessions with no sockets: a short pump over the session engine (protocol.engine).
+"""Method unit tests with no wire: a Session stepped by hand (protocol.engine), halves called directly.
 
-The same Session as the socket driver (codec wrapping and decoding, dropouts, rounds, the
+Not a backend (the in-process backend is the coordinator's pump over the in-memory transport,
+runner.federation.InProcessFederation, with envelopes, faults and events); this is the plugin
+author's and the method tests' harness. The same Session as the pump (codec wrapping and decoding, dropouts, rounds, the
 transcript), the same site halves and codecs, and for shuffled codecs the shuffler's own batch
 (protocol.shuffle.ShuffleBatch: claims checked, each computed by the site half's method from the
 request it received, as a site does: messages, key and request digest; a short batch, or one
