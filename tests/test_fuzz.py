@@ -1,5 +1,9 @@
-"""Ten thousand malformed messages at a live coordinator and at a live site process: neither
-crashes nor hangs, every message is accounted for, and valid traffic afterwards still works."""
+"""Malformed messages at a live coordinator and at a live site process: neither crashes nor
+hangs, every message is accounted for, and valid traffic afterwards still works.
+
+`make test` throws 2,000 at each (the same properties, a few seconds each); the 10,000-message
+runs (about 25 s each) are marked slow (`make test-all`), as is a site process's run in a host
+(docs/testing.md, "What runs where")."""
 
 import itertools
 import math
@@ -19,9 +23,14 @@ from protocol.wire import PROTOCOL_VERSION, seal
 from tests.support import one_live_site, start_fakes, stop_fakes
 from transport.channel import RouterChannel
 
-EXAMPLES = 10_000
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
+#: malformed messages per run: 2,000 in `make test`, 10,000 with the slow tests
+EXAMPLES = [2_000, pytest.param(10_000, marks=pytest.mark.slow)]
+
+
+def fuzz(examples: int):
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
 
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.binary(max_size=12))
@@ -53,7 +62,9 @@ def malformed(types):
                      packed.map(seal).map(lambda b: b[: max(1, len(b) // 2)]))
 
 
-def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_a_live_coordinator_survives_thousands_of_malformed_messages(tmp_path, examples):
+    """2,000 malformed messages in `make test`, 10,000 with the slow tests."""
     channel = RouterChannel("tcp://127.0.0.1:*")
     coordinator = Coordinator(channel, EventLog(None), Deadlines(hello=10, join=10, respond=5))
     rogue = zmq.Context.instance().socket(zmq.DEALER)
@@ -70,7 +81,7 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
     worker.start()
     sent = []
 
-    @FUZZ
+    @fuzz(examples)
     @given(malformed(["hello", "join", "response", "error", "open", "launch"]))
     def throw(data):
         rogue.send(data)
@@ -83,7 +94,7 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
     stop.set()
     worker.join(5)
     rogue.close(0)
-    assert len(sent) >= EXAMPLES and not worker.is_alive()
+    assert len(sent) >= examples and not worker.is_alive()
     assert len(coordinator.ledger.rows) == len(sent)  # every message received and accounted for
     assert sum(row["accepted"] for row in coordinator.ledger.rows) <= sum(b"hello" in d for d in sent)
     fakes = start_fakes(channel.endpoint, 3, 20)  # valid traffic afterwards
@@ -99,9 +110,11 @@ def test_a_live_coordinator_survives_ten_thousand_malformed_messages(tmp_path):
 
 # the in-a-host case parses with the same code as the own-process one; it runs in `make test-all`
 # (slow) to keep `make test` under its 12 minutes
+@pytest.mark.parametrize("examples", EXAMPLES)
 @pytest.mark.parametrize("host_mates", [0, pytest.param(1, marks=pytest.mark.slow)], ids=["own-process", "in-a-host"])
-def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, host_mates):
-    """In a host, the fuzzed agent's host-mate is untouched: it answers the valid traffic after."""
+def test_a_live_site_process_survives_thousands_of_malformed_messages(tmp_path, host_mates, examples):
+    """2,000 malformed messages in `make test`, 10,000 with the slow tests. In a host, the fuzzed
+    agent's host-mate is untouched: it answers the valid traffic after."""
     scenario, world, channel, procs = one_live_site(tmp_path, host_mates)
     sites = sorted(world.shards)[: 1 + host_mates]
     stop = threading.Event()
@@ -120,7 +133,7 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, 
         drainer.start()
         sent, set_aside = [], []
 
-        @FUZZ
+        @fuzz(examples)
         @given(malformed(["open", "request", "close", "shutdown", "hello", "boom"]))
         def throw(data):
             if b"shutdown" in data:  # a well-formed shutdown would legitimately end the site
@@ -135,20 +148,20 @@ def test_a_live_site_process_survives_ten_thousand_malformed_messages(tmp_path, 
         drainer.join(5)
         # hypothesis ran its examples; the few that could spell a shutdown were set aside (how many
         # varies a little with how hypothesis spends its budget, e.g. on a loaded machine)
-        assert len(sent) + len(set_aside) >= EXAMPLES * 0.99
-        assert len(sent) >= EXAMPLES * 0.85, (len(sent), len(set_aside))
+        assert len(sent) + len(set_aside) >= examples * 0.99
+        assert len(sent) >= examples * 0.85, (len(sent), len(set_aside))
         process = "site-000" if not host_mates else "host-000"
         assert procs.processes[process].is_alive()
         log = (tmp_path / f"{process}.log").read_text()
         assert log.count("rejected a message") >= len(sent) * 0.9
         assert "site-001" not in "".join(line for line in log.splitlines(keepends=True) if "rejected" in line)
-        coordinator.guard.forget("site-000")  # the site's replies to the fuzz advanced its sequence
+        coordinator.membership.guard.forget("site-000")  # the site's replies to the fuzz advanced its sequence
         # Well-formed fuzz envelopes "from the coordinator" (seq <= 50) are, to the site, genuine
         # and advanced its replay guard: the real coordinator continues after them.
         channel._seq = itertools.count(51)
         for reply in replies:
             if reply.envelope is not None:
-                coordinator.guard.check(reply.envelope)
+                coordinator.membership.guard.check(reply.envelope)
         sizes, _ = coordinator.open_trial(0, scenario["seed"], sites)  # valid traffic afterwards
         assert sizes == {site: len(world.shards[site][1]) for site in sites}
         outcome = coordinator.run_method(0, 0, METHODS["centralized"](0.1), sizes)
