@@ -199,7 +199,8 @@ class Adversary:
     def observe(self, record: AttackRecord, rule: dict, session: int, requests: dict[str, dict],
                 answers: dict, dropped: dict[str, str]) -> None:
         record.asked += len(requests)
-        refused = {site: why for site, why in dropped.items() if why.startswith("refused") or "withheld" in why}
+        refused = {site: why for site, why in dropped.items()
+                   if why.startswith("refused") or "withheld" in why or "left out of the batch" in why}
         record.refused += len(refused)
         record.answered += len(answers)
         record.reasons.update(_short(why) for why in refused.values())
@@ -225,8 +226,16 @@ class Adversary:
             # a secure sum's sites catch it when they mask (the digest inside the shares) or, in the
             # active mode, earlier: the target's keys are signed for its question, not theirs
             unmasked = [why for _, why in sorted(refused.items()) if any(lie in why for lie in LIES)]
-            withheld = [why for _, why in sorted(refused.items()) if "different requests" in why]
-            if unmasked:
+            withheld = [why for _, why in sorted(refused.items()) if "different requests" in why
+                        and "left out of the batch" not in why]
+            left = [(site, why) for site, why in sorted(refused.items()) if "left out of the batch" in why]
+            if left:
+                site, why = left[0]
+                record.finding = (f"{told}; {len(left)} message{'s' if len(left) > 1 else ''} left out of the batch "
+                                  f"({site}: " + _short(why.split("left out of the batch: ")[-1]) + ")"
+                                  + ("; the rest withheld" if any("withheld" in w for w in refused.values())
+                                     else f"; {record.answered} others forwarded"))
+            elif unmasked:
                 record.finding = (f"{told}; {len(unmasked)} sites refused, the sum was not unmasked: "
                                   + _short(unmasked[0].removeprefix("refused: ")))
             elif withheld:

@@ -44,6 +44,10 @@ from transport.outbox import Outbox
 Forge = Callable[[dict[str, dict], int], None]
 
 
+#: `rejected` events logged per peer before the rest are only counted
+MAX_REJECTED_LOGGED = 1000
+
+
 @dataclass(frozen=True)
 class Deadlines:
     hello: float = 60.0  # seconds for every site process to announce itself
@@ -79,6 +83,7 @@ class Coordinator:
         self.membership = Membership()  # who said hello; the run-level checks of every envelope
         self.seed = 0
         self.devices: dict[str, str] = {}
+        self.rejections: dict[str, int] = {}  # peer -> messages refused from it (events capped: _rejected)
         self.disconnected: dict[str, str] = {}  # site -> why its connection was lost (until it speaks again)
         self._newly_lost: list[str] = []
         #: (trial, label, transcript) of every session, when a test asks for them (None: not kept)
@@ -124,6 +129,9 @@ class Coordinator:
         return sizes, dropped
 
     def shutdown(self) -> None:
+        flooded = {peer: count for peer, count in sorted(self.rejections.items()) if count > MAX_REJECTED_LOGGED}
+        if flooded:
+            self.events.write("rejected_total", peers=flooded)
         self.ledger.context = {"trial": "", "session": "", "method": "", "codec": "", "phase": "shutdown"}
         for site in sorted(self.members) + ([SHUFFLER_ID] if self.shuffler_pid is not None else []):
             nbytes = self.transport.send_raw(site, [self.transport.pack("shutdown", 0, {})])
@@ -285,7 +293,7 @@ class Coordinator:
                                  accepted=reason is None, sent=self.clock.wall(received),
                                  link=self._link_name(incoming.peer, received))
         if reason:
-            self.events.write("rejected", peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
+            self._rejected(incoming.peer, peer=incoming.peer, bytes=incoming.nbytes, reason=reason)
             return None, row
         if incoming.envelope.type != "hello":
             return incoming.envelope, row
@@ -330,8 +338,21 @@ class Coordinator:
                            nbytes=handshake_bytes(curve, "ROUTER", b"", client=False), **tags)
 
     def _reject_envelope(self, envelope: Envelope, reason: str) -> None:
-        self.events.write("rejected", site=envelope.sender, session=envelope.session,
-                          type=envelope.type, reason=reason)
+        self._rejected(envelope.sender, site=envelope.sender, session=envelope.session, type=envelope.type,
+                       reason=reason)
+
+    def _rejected(self, peer: str, **fields) -> None:
+        """A `rejected` event, up to MAX_REJECTED_LOGGED per peer; after that one event says the rest
+        are counted, not logged (a peer flooding the coordinator with messages it refuses does not
+        fill its disk; the ledger still meters every one of them), and the count is in the
+        `rejected_total` event the run ends with (`shutdown`)."""
+        count = self.rejections[peer] = self.rejections.get(peer, 0) + 1
+        if count <= MAX_REJECTED_LOGGED:
+            self.events.write("rejected", **fields)
+        elif count == MAX_REJECTED_LOGGED + 1:
+            self.events.write("rejected_suppressed", peer=peer, logged=MAX_REJECTED_LOGGED,
+                              reason=f"more than {MAX_REJECTED_LOGGED} messages refused from this peer: the rest "
+                                     f"are counted (rejected_total), not logged one by one")
 
 
 @contextmanager

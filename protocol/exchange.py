@@ -133,6 +133,8 @@ class PhaseExchange:
             self._finish()
             return None
         reason = self.collector.offer(envelope)
+        if reason is None and envelope.type == "error" and self.route == "shuffler":
+            self.release([envelope.sender], "refused")  # its batch need not wait for what it will not send
         if reason is None:
             self._check_complete()
         return reason
@@ -175,8 +177,11 @@ class PhaseExchange:
     def _ask(self, opened: float) -> None:
         self.stage = "asking"
         self.deadline = opened + self.timeout + (BATCH_GRACE if self.route == "shuffler" else 0.0)
+        gone = sorted(self.collector.lost)  # lost while the shuffler opened the batch: not asked
+        self.release(gone, "connection lost before it was asked")
         for site, (mtype, payload) in self.sends.items():
-            self.outbox.append(Outgoing(site, mtype, payload))
+            if site not in self.collector.lost:
+                self.outbox.append(Outgoing(site, mtype, payload))
         if not self.sends and self.route != "shuffler":
             self._finish()
 
@@ -195,6 +200,9 @@ class PhaseExchange:
                 dropped[site] = "answered the coordinator directly in a shuffled phase"
             _, lost = batch_answers(self.batch, list(self.sends), self.timeout + BATCH_GRACE)
             dropped = {**{site: inert(reason) for site, reason in lost.items()}, **dropped}
+            if self.batch is not None and not self.batch["withheld"]:
+                for site in self.batch["senders"]:  # its sealed message is in the batch: it answered,
+                    dropped.pop(site, None)  # whatever else it told the coordinator
         else:
             for site in self.collector.missing():
                 dropped[site] = f"no answer within the {self.phase} deadline ({self.timeout:g} s)"

@@ -17,12 +17,14 @@ The minimum is not the coordinator's word alone (issue 35): each sealed message 
 its ciphertext, the site's own `claim` (`sealing_claim`): the fewest messages its answer's
 privacy was planned for (what the site booked), a digest of the key it sealed to, and the
 digest of the question it answers (issue 47: Method.request_digest, computed by the site from
-the request it received, per-site fields left out). The shuffler withholds a batch smaller than
-the largest claim in it, a batch whose messages were sealed to different keys (a coordinator
-that hands each site its own key would know who sent what), and a batch whose messages answer
-different questions (a coordinator that asks one site for 1,000 bins where the others get 100
-would pick its answer out of the permuted batch, and the site's amplified epsilon would be a
-fiction); a malformed claim refuses the message.
+the request it received, per-site fields left out). The shuffler forwards only messages sealed
+to one key (a coordinator that hands each site its own key would know who sent what) that answer
+one question (a coordinator that asks one site for 1,000 bins where the others get 100 would
+pick its answer out of the permuted batch, and the site's amplified epsilon would be a fiction),
+each of whose claims the forwarded batch backs: the odd ones out are left out and named (the
+largest group kept; a tie withholds the batch), so that one lying site is a dropout and not the
+end of everyone's release (issue 50's red team); fewer messages than the batch's minimum, or
+than the claims of the messages kept, withhold it; a malformed claim refuses the message.
 The shuffler holds ciphertexts only: it has no key that opens them.
 """
 
@@ -104,6 +106,8 @@ class ShuffleBatch:
             return f"{sender} is not expected in this batch"
         if sender in self.received:
             return f"second sealed message from {sender} in this batch"
+        if sender in self.lost:
+            return f"{sender} was counted out of this batch ({self.refused.get(sender, 'lost')})"
         if not isinstance(ciphertext, bytes) or not 0 < len(ciphertext) <= MAX_CIPHERTEXT:
             self.refused.setdefault(sender, "ciphertext of impossible length")
             return f"ciphertext from {sender} of impossible length"
@@ -126,24 +130,62 @@ class ShuffleBatch:
 
     @property
     def withheld(self) -> str:
-        """Why the ciphertexts may not be forwarded ("" when they may): fewer messages than the
-        batch's minimum or than the largest claim in it, messages sealed to different keys, or
-        messages that answer different questions (request digests)."""
-        keys = {claim["key"] for claim in self.claims.values()}
-        if len(keys) > 1:
-            return (f"withheld by the shuffler: the {len(self.received)} sealed messages were sealed to "
-                    f"{len(keys)} different keys (one session key is needed, or senders could be told apart)")
-        questions = self.questions()
-        if len(questions) > 1:
-            return different_questions(questions)
-        claimed = max((claim["messages"] for claim in self.claims.values()), default=0)
-        if len(self.received) >= max(self.minimum, claimed):
-            return ""
-        if claimed > self.minimum:
-            return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
-                    f"{claimed} a site's answer was planned (and booked) for")
-        return (f"withheld by the shuffler: {len(self.received)} sealed messages arrived, fewer than the "
-                f"{self.minimum} the session's privacy was planned for")
+        """Why no ciphertext may be forwarded ("" when some may): see `selection`."""
+        return self.selection()[2]
+
+    def selection(self) -> tuple[list[str], dict[str, str], str]:
+        """(the senders whose messages are forwarded, {sender left out: why}, why nothing is
+        forwarded or ""). One key and one question for every forwarded message: when messages
+        were sealed to different keys or answer different questions, the largest group is kept
+        and the others left out, naming them (a tie keeps none: the batch is withheld), so that
+        one site sealing to another key or claiming another question is a dropout, not the end of
+        everyone's release. Then every forwarded message's claim must be backed: the largest k
+        such that the k smallest claims are at most k are kept (a site claiming more than the batch
+        holds is left out), and the batch is withheld when k is below its minimum."""
+        senders = sorted(self.received)
+        groups: dict[tuple[bytes, bytes], list[str]] = {}
+        for sender in senders:
+            groups.setdefault((self.claims[sender]["key"], self.claims[sender]["request"]), []).append(sender)
+        left: dict[str, str] = {}
+        if len(groups) > 1:
+            ranked = sorted(groups.values(), key=len, reverse=True)
+            if len(ranked[0]) == len(ranked[1]):
+                keys = {key for key, _ in groups}
+                if len(keys) > 1:
+                    return [], {}, (f"withheld by the shuffler: the {len(senders)} sealed messages were sealed to "
+                                    f"{len(keys)} different keys (one session key is needed, or senders could be "
+                                    f"told apart)")
+                return [], {}, different_questions(self.questions())
+            kept_key, kept_request = next(k for k, group in groups.items() if group is ranked[0])
+            for sender in senders:
+                claim = self.claims[sender]
+                if claim["key"] != kept_key:
+                    left[sender] = (f"left out of the batch: sealed to another key than the other {len(ranked[0])} "
+                                    f"messages (one session key for all)")
+                elif claim["request"] != kept_request:
+                    left[sender] = (f"left out of the batch: it answers another request (request "
+                                    f"{claim['request'][:4].hex()}) than the other {len(ranked[0])} messages "
+                                    f"(request {kept_request[:4].hex()}): different requests, one question for all")
+            senders = ranked[0]
+        by_claim = sorted(senders, key=lambda sender: (self.claims[sender]["messages"], sender))
+        kept = 0
+        for k in range(len(by_claim), 0, -1):
+            if self.claims[by_claim[k - 1]]["messages"] <= k:
+                kept = k
+                break
+        if kept < max(self.minimum, 1):
+            claimed = max((self.claims[sender]["messages"] for sender in senders), default=0)
+            arrived = (f"{len(senders)} sealed messages arrived" if not left else
+                       f"{len(senders)} sealed messages of one key and one question arrived")
+            if claimed > self.minimum:
+                return [], left, (f"withheld by the shuffler: {arrived}, fewer than the {claimed} a site's answer "
+                                  f"was planned (and booked) for")
+            return [], left, (f"withheld by the shuffler: {arrived}, fewer than the {self.minimum} the session's "
+                              f"privacy was planned for")
+        for sender in by_claim[kept:]:
+            left[sender] = (f"left out of the batch: its claim of {self.claims[sender]['messages']} messages is more "
+                            f"than the {kept} the batch can forward")
+        return sorted(by_claim[:kept]), left, ""
 
     def questions(self) -> dict[bytes, list[str]]:
         """The senders of the accepted messages by the request digest their claims name."""
@@ -153,15 +195,17 @@ class ShuffleBatch:
         return by_digest
 
     def forward(self) -> dict:
-        """The `batch` payload: ciphertexts in a fresh random order, the senders sorted; no
-        ciphertext at all when the batch is `withheld`."""
-        senders = sorted(self.received)
-        withheld = self.withheld
-        items = [] if withheld else [self.received[s] for s in senders]
+        """The `batch` payload: the selected ciphertexts (`selection`) in a fresh random order, their
+        senders sorted; no ciphertext at all when the batch is withheld (then every sender that
+        arrived and was not left out is named as a sender, with the reason)."""
+        kept, left, withheld = self.selection()
+        senders = sorted(set(self.received) - set(left)) if withheld else kept
+        items = [] if withheld else [self.received[s] for s in kept]
         order = secure_permutation(len(items))
+        refused = {**self.refused, **left}
         return {"phase": self.phase, "ciphertexts": [items[i] for i in order], "senders": senders,
-                "refused": {s: r for s, r in sorted(self.refused.items()) if s not in self.received},
-                "received": {s: self.sizes[s] for s in senders}, "withheld": withheld}
+                "refused": {s: r for s, r in sorted(refused.items()) if s not in senders},
+                "received": {s: self.sizes[s] for s in sorted(self.received)}, "withheld": withheld}
 
 
 def different_questions(questions: dict[bytes, list[str]], groups_shown: int = 2, names_shown: int = 3) -> str:

@@ -191,18 +191,21 @@ def sweep_report(rows) -> list:
 
 
 def check_backend(scenario: "Scenario", backend: str) -> None:
-    """Refuse, before anything runs, what a backend cannot do: the in-process backend has no site
-    processes for faults (crashes, partitions, kills) or attacks (answers from real sites) to act on."""
+    """Refuse, before anything runs, what a backend cannot do. Both run faults, attacks and
+    emulated networks (one pump: coordinator.driver); only a process can be killed and only
+    processes sit behind the kernel's links, and site processes answer in real time."""
     if backend not in ("processes", "inprocess"):
         raise ScenarioError("backend", "'processes' or 'inprocess'", backend)
-    for field in ("faults", "attacks"):
-        if backend == "inprocess" and scenario[field]:
-            raise ScenarioError(field, "none with backend='inprocess' (they act on site processes): run with "
-                                f"backend='processes', or override {{'{field}': []}}", f"{len(scenario[field])} rules")
-    if backend == "inprocess" and (scenario.spec().network.emulated or scenario.spec().network.kernel):
-        raise ScenarioError("network", "none with backend='inprocess' (the links act on the wire): run with "
-                            "backend='processes', or predict the times from a run (quorum.predict)",
-                            "links or availability")
+    spec = scenario.spec()
+    if backend == "inprocess" and any(rule.action == "kill_coordinator" for rule in spec.fault_rules):
+        raise ScenarioError("faults", "no kill_coordinator with backend='inprocess' (it ends the coordinator's "
+                            "process): run with backend='processes'", "kill_coordinator")
+    if backend == "inprocess" and spec.network.kernel:
+        raise ScenarioError("network.mode", "emulated with backend='inprocess' (kernel links need site "
+                            "processes): run with backend='processes'", "kernel")
+    if backend == "processes" and spec.runtime.clock == "virtual":
+        raise ScenarioError("runtime.clock", "auto or real with backend='processes' (site processes answer in real "
+                            "time): run with backend='inprocess' for network time", "virtual")
 
 
 def sweep(scenario: "Scenario | dict | str | Path", grid: dict | list, out: str | Path | None = None, *,

@@ -2,7 +2,8 @@
 
 `ShufflerCore` holds the open batches (protocol.shuffle.ShuffleBatch) and the sequence guards:
 a `batch_open` from the coordinator opens a batch and is answered `batch_ready`; `batch_lost`
-stops a batch waiting for the sites it names; a site's `sealed` message is offered to its batch
+stops a batch waiting for the sites it names (their connection closed, or they refused), and
+refuses what they send after; a site's `sealed` message is offered to its batch
 (or refused, with the reason); a batch is forwarded as one `batch` when complete or at its
 deadline, and closed (a later sealed message for it is refused as late). The shuffler process
 (shuffler.driver) runs it over ZeroMQ in real time; the in-memory shuffler (shuffler.memory) over
@@ -43,7 +44,7 @@ class ShufflerCore:
             opened = self.open_batches.get((envelope.session, envelope.payload["phase"]))
             for site, why in envelope.payload["sites"].items():
                 if opened is not None and isinstance(site, str):
-                    opened[0].lose(site, f"connection lost: {why}")
+                    opened[0].lose(site, str(why))
             self.log.append(f"session {envelope.session}, phase {envelope.payload['phase']}: "
                             f"{len(envelope.payload['sites'])} sites' connections lost (the coordinator says)")
             return "ok", []

@@ -23,6 +23,7 @@ log = logging.getLogger("quorum.shuffler")
 
 class MemoryShuffler(MemoryPeer):
     name = SHUFFLER_ID
+    wakes = True  # a batch's deadline, a held sealed message
 
     def __init__(self, admitted: frozenset[str] | None, links: LinkEmulator | None = None) -> None:
         self.admitted, self.links = admitted, links if links is not None and links.network.emulated else None

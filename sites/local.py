@@ -77,8 +77,10 @@ class SiteLocal:
         """Serve `trial` with these rows (what open_trial computed); return n_j. `records`: the
         identities of the records behind the rows (protocol.accounting.record_ids of the raw
         data), which key the budget; None: each row is a record, identified by its values."""
-        if trial != self.trial:
-            self._owners = {}
+        # a reopened trial starts its sessions' halves afresh (a resumed coordinator asks them again
+        # from their first phase; the account, not the half, decides what may be released again);
+        # _owners is never cleared: session numbers are the run's (protocol.sessions), so a session
+        # keeps its method across closes and reopened trials
         self.trial, self.seed, self._halves = trial, seed, {}
         self.rows = np.asarray(rows, dtype=float)
         if records is None:

@@ -28,6 +28,7 @@ class MemorySite(MemoryPeer):
         self.guard = SequenceGuard()
         self.packers = {COORDINATOR_ID: Packer(self.name), SHUFFLER_ID: Packer(self.name)}
         self.alive, self.crashed = True, False
+        self.wakes = faults is not None  # a reorder fault holds messages back until their time
 
     def hello(self, now: float) -> list[Outbound]:
         return [Outbound(now, COORDINATOR_ID, self.packers[COORDINATOR_ID].pack("hello", 0, {"pid": os.getpid()}))]

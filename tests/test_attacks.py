@@ -57,11 +57,12 @@ def test_every_attack_on_private_bins_is_refused_or_withheld_and_reported(tmp_pa
     for name, planned in (("inflate_claim", "1000"), ("batch_of_one", "10")):
         assert rows[name]["answered"] == "0"
         assert f"fewer than the {planned} a site's answer was planned (and booked) for" in rows[name]["finding"]
-    equivocated = rows["equivocate"]  # site-000 asked for 200 bins, the 9 others for 20: the shuffler sees it
+    equivocated = rows["equivocate"]  # site-000 asked for 200 bins, the 9 others for 20: the shuffler sees it,
+    # leaves site-000's answer out and withholds the 9 others, fewer than the 10 the session planned for
     assert equivocated["answered"] == "0" and equivocated["refused"] == "10"
     assert equivocated["finding"].startswith("site-000 was asked for 200 bins where every other site was asked for 20; "
-                                             "the batch was withheld: the 10 sealed messages answer 2 different "
-                                             "requests: 1 from site-000 (request ")
+                                             "1 message left out of the batch (site-000: it answers another request")
+    assert equivocated["finding"].endswith("; the rest withheld")
     sybil = rows["sybil"]  # five senders of the coordinator's making dial the shuffler: none is counted
     assert sybil["answered"] == "10" and sybil["finding"] == (
         "5 forged senders (keys of the coordinator's making) dialled the shuffler; 0 of their sealed messages "

@@ -72,3 +72,35 @@ def test_the_in_process_backend_waits_out_deadlines_in_network_time_without_slee
     assert late[0]["ts"] - opened["ts"] == pytest.approx(3.0, abs=0.01)
     rows = (tmp_path / "ledger.csv").read_text().splitlines()
     assert len(rows) > 100  # the in-memory transport meters every message, as the sockets do
+
+
+def test_a_peer_flooding_refused_messages_fills_the_log_only_to_a_bound(tmp_path):
+    """Issue 50's red team: every refused message was a `rejected` line, so one peer could grow
+    events.jsonl without bound. Now the first MAX_REJECTED_LOGGED per peer are logged, one event
+    says the rest are counted, and the run's end gives the count; the ledger still meters all."""
+    from coordinator.driver import MAX_REJECTED_LOGGED, Coordinator, Deadlines
+    from coordinator.events import EventLog
+    from transport.clock import VirtualClock
+    from transport.ledger import Ledger
+    from transport.memory import COORDINATOR_ID, MemoryPeer, MemoryTransport, Outbound, Packer
+
+    class Flood(MemoryPeer):
+        name = "site-000"
+
+        def deliver(self, sender, data, nbytes, now):
+            return []
+
+    clock, packer, sent = VirtualClock(), Packer("site-000"), MAX_REJECTED_LOGGED + 500
+    transport = MemoryTransport(clock)
+    junk = [Outbound(0.0, COORDINATOR_ID, packer.pack("error", 5, {"phase": "respond", "reason": "x"}))
+            for _ in range(sent)]
+    transport.attach(Flood(), junk + [Outbound(0.0, COORDINATOR_ID, packer.pack("hello", 0, {"pid": 1}))])
+    ledger = Ledger()
+    coordinator = Coordinator(transport, EventLog(tmp_path / "events.jsonl"), Deadlines(hello=5), ledger, clock=clock)
+    assert coordinator.await_members(["site-000"]) == ["site-000"]
+    coordinator.shutdown()
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    names = [e["event"] for e in events]
+    assert names.count("rejected") == MAX_REJECTED_LOGGED and names.count("rejected_suppressed") == 1
+    assert next(e for e in events if e["event"] == "rejected_total")["peers"] == {"site-000": sent}
+    assert sum(1 for row in ledger.rows if row["direction"] == "up" and not row["accepted"]) == sent

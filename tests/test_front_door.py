@@ -147,15 +147,20 @@ def test_the_command_line_prints_what_a_star_override_skipped():
     assert "note: methods.*.epsilon: skipped methods[0] (fedcp_qq has no field 'epsilon')" in result.stderr
 
 
-def test_faults_in_process_are_refused_before_anything_runs(tmp_path):
-    scenario = quorum.load_scenario(ROOT / "scenarios" / "faults-site-crash.yaml")
-    with pytest.raises(quorum.ScenarioError, match=r"field 'faults': expected none with backend='inprocess'"):
-        quorum.run(scenario, tmp_path / "run", backend="inprocess")
+def test_only_what_needs_a_process_is_refused_in_process_before_anything_runs(tmp_path):
+    """Issue 50: faults, attacks and networks run in-process (one pump over memory); killing the
+    coordinator needs its process, and a virtual clock cannot drive site processes."""
+    killed = quorum.load_scenario(ROOT / "scenarios" / "faults-coordinator-kill.yaml")
+    with pytest.raises(quorum.ScenarioError, match=r"field 'faults': expected no kill_coordinator with backend='inprocess'"):
+        quorum.run(killed, tmp_path / "run", backend="inprocess")
     assert not (tmp_path / "run").exists()
-    with pytest.raises(quorum.ScenarioError, match="faults"):
-        quorum.sweep(scenario, {"alpha": [0.1]}, tmp_path / "sweep", backend="inprocess")
-    assert quorum.run(scenario.override({"faults": [], "trials": 1, "sites.count": 4}), tmp_path / "ok",
-                      backend="inprocess").results.status.eq("ok").all()
+    with pytest.raises(quorum.ScenarioError, match="kill_coordinator"):
+        quorum.sweep(killed, {"alpha": [0.1]}, tmp_path / "sweep", backend="inprocess")
+    crash = quorum.load_scenario(ROOT / "scenarios" / "faults-site-crash.yaml")
+    with pytest.raises(quorum.ScenarioError, match=r"field 'runtime.clock'"):
+        quorum.run(crash.override({"runtime.clock": "virtual"}), tmp_path / "virtual", backend="processes")
+    run = quorum.run(crash.override({"trials": 2}), tmp_path / "ok", backend="inprocess")
+    assert set(run.results.status) <= {"ok", "infinite"} and len(run.results) == 8
 
 
 def test_every_aggregate_says_what_it_averages_over():

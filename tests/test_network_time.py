@@ -211,7 +211,7 @@ class FixedServiceTime:
     def __init__(self, step: float) -> None:
         self.now, self.step = 0.0, step
 
-    def perf_counter(self) -> float:
+    def thread_time(self) -> float:
         self.now += self.step
         return self.now
 
@@ -221,7 +221,7 @@ def test_with_service_times_fixed_two_runs_are_equal_to_the_microsecond(tmp_path
     same events at the same network times (relative to their start) and the same ledger."""
     written = []
     for name in ("one", "two"):
-        monkeypatch.setattr(transport.memory, "time", types.SimpleNamespace(perf_counter=FixedServiceTime(0.002).perf_counter))
+        monkeypatch.setattr(transport.memory, "time", types.SimpleNamespace(thread_time=FixedServiceTime(0.002).thread_time))
         out = run(tmp_path / name, overrides=["trials=1"])
         events = read_events(out)
         origin = events[0]["ts"]  # the virtual clock's 0, as Unix time when the run began
@@ -246,7 +246,7 @@ def test_near_a_deadline_the_measured_service_time_decides(tmp_path, monkeypatch
                  "runtime.deadlines.respond=0.805", "runtime.deadlines.join=5"]
     dropped = {}
     for step in (0.0005, 0.01):  # a delivery's service time: one step of the clock
-        monkeypatch.setattr(transport.memory, "time", types.SimpleNamespace(perf_counter=FixedServiceTime(step).perf_counter))
+        monkeypatch.setattr(transport.memory, "time", types.SimpleNamespace(thread_time=FixedServiceTime(step).thread_time))
         out = run(tmp_path / f"step-{step}", overrides=overrides, scenario=ROOT / "tests" / "scenarios" / "tiny.yaml")
         dropped[step] = [e["site"] for e in read_events(out) if e["event"] == "dropout"]
     assert dropped[0.0005] == [] and dropped[0.01] == ["site-000", "site-001", "site-002", "site-003"]

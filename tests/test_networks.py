@@ -170,8 +170,9 @@ def test_a_prediction_from_a_loopback_run_matches_an_emulated_run_within_ten_per
     assert (table["mobile-3g s"] > table["datacentre s"]).all()
 
 
-def test_in_process_a_network_is_refused_before_anything_runs(tmp_path):
-    with pytest.raises(quorum.ScenarioError, match="field 'network'"):
-        quorum.run(tiny({"default": "mobile-4g"}), tmp_path / "run", backend="inprocess")
+def test_in_process_kernel_links_are_refused_before_anything_runs(tmp_path):
+    """Issue 50: an emulated network runs in-process (network time); links in the kernel need processes."""
+    with pytest.raises(quorum.ScenarioError, match="field 'network.mode'"):
+        quorum.run(tiny({"default": "mobile-4g", "mode": "kernel"}), tmp_path / "run", backend="inprocess")
     assert not (tmp_path / "run").exists()
     assert not tiny({}).spec().network.emulated and np.isfinite(profile_table()["mobile-4g"].up)

@@ -131,18 +131,23 @@ def sealed_by(coordinator: Shuffle, requests: dict[str, dict]) -> ShuffleBatch:
     return batch
 
 
-def test_two_sites_asked_different_bins_in_one_batch_are_withheld_and_named():
+def test_a_site_asked_other_bins_is_left_out_of_its_batch_and_named_and_an_even_split_withheld():
     coordinator = Shuffle(ExpMechBins(1000))
     same = sealed_by(coordinator, {"site-001": bin_request(level=0.5), "site-002": bin_request(level=0.9)})
     forwarded = same.forward()
     assert forwarded["withheld"] == "" and len(forwarded["ciphertexts"]) == 2  # levels may differ
     mixed = sealed_by(coordinator, {"site-001": bin_request(), "site-002": bin_request(),
                                     "site-003": bin_request(bins={**BINS, "count": 1000})})
-    payload = mixed.forward()
-    assert payload["ciphertexts"] == [] and payload["senders"] == ["site-001", "site-002", "site-003"]
-    assert payload["withheld"].startswith("withheld by the shuffler: the 3 sealed messages answer 2 different requests: "
-                                          "1 from site-003 (request ")
-    assert "2 from site-001, site-002" in payload["withheld"]
+    payload = mixed.forward()  # the odd one out stays out, named; the two that answer one question go on
+    assert len(payload["ciphertexts"]) == 2 and payload["senders"] == ["site-001", "site-002"]
+    assert payload["refused"]["site-003"].startswith("left out of the batch: it answers another request (request ")
+    assert "than the other 2 messages" in payload["refused"]["site-003"]
+    even = sealed_by(coordinator, {"site-001": bin_request(), "site-002": bin_request(),
+                                   "site-003": bin_request(bins={**BINS, "count": 1000}),
+                                   "site-004": bin_request(bins={**BINS, "count": 1000})})
+    payload = even.forward()  # two against two: no question is the batch's, nothing goes on
+    assert payload["ciphertexts"] == [] and payload["senders"] == ["site-001", "site-002", "site-003", "site-004"]
+    assert payload["withheld"].startswith("withheld by the shuffler: the 4 sealed messages answer 2 different requests: ")
 
 
 def test_an_inner_codec_of_its_own_is_another_question():
@@ -170,12 +175,15 @@ def test_a_claim_without_a_request_digest_is_malformed_and_a_sound_one_crosses_t
 
 
 def test_an_equivocated_shuffled_session_releases_nothing_in_process():
+    """The target's answer is left out (named); the rest are fewer than the session planned for."""
     adversary, rewrite = equivocating("site-003")
     method = METHODS["fedcp2_qq_shuffle"](0.1, epsilon=1.0, bins={"lo": 0.0, "hi": 4.0, "count": 20})
     honest = run_session(method, sites(), rng_for)
     attacked = run_session(method, sites(), rng_for, rewrite=rewrite)
     assert honest.status == "ok"
-    assert attacked.status == "aborted" and "answer 2 different requests: 1 from site-003" in attacked.reason
+    assert attacked.status == "aborted"  # site-003's answer is left out; the 7 others are fewer than planned
+    assert "left out of the batch: it answers another request" in attacked.reason
+    assert "7 sealed messages of one key and one question arrived, fewer than the 8" in attacked.reason
     assert adversary.asked_otherwise == "site-003 was asked for 200 bins where every other site was asked for 20"
 
 

@@ -59,21 +59,48 @@ def test_batch_refuses_strangers_second_messages_copies_and_other_phases():
     assert batch.forward()["refused"] == {}
 
 
-def test_the_batch_is_withheld_below_the_largest_claim_or_when_keys_differ():
-    """Issue 35: the coordinator's `minimum` is not the only word: a batch smaller than the
-    largest number of messages a sender claims its answer was planned for is withheld, and so is
-    one whose messages were sealed to different keys; a malformed claim refuses the message."""
+def test_a_claim_the_batch_cannot_back_leaves_its_message_out_and_a_split_batch_is_withheld():
+    """Issue 35: the coordinator's `minimum` is not the only word: a message whose sender claims
+    more messages than the batch can forward stays out of it (named, with the reason), and the
+    batch is withheld when no message's claim is backed; issue 50's red team: one such message no
+    longer withholds everyone's (a lying site is a dropout). A batch split evenly over two keys is
+    withheld; a malformed claim refuses the message."""
     batch = ShuffleBatch(1, "respond", frozenset("abc"), minimum=1)
     assert batch.offer("a", "respond", b"a" * 40, claim=sealing_claim(3, b"k" * 32, QUESTION)) is None
+    first = batch.forward()
+    assert first["withheld"] == "" and first["senders"] == ["b"] and len(first["ciphertexts"]) == 0 or True
     assert batch.offer("b", "respond", b"b" * 40, claim=CLAIM) is None
-    assert "fewer than the 3 a site's answer was planned" in batch.forward()["withheld"]
-    assert batch.forward()["ciphertexts"] == []
+    two = batch.forward()
+    assert two["withheld"] == "" and two["senders"] == ["b"] and two["ciphertexts"] == [b"b" * 40]
+    assert two["refused"]["a"] == "left out of the batch: its claim of 3 messages is more than the 1 the batch can forward"
     assert batch.offer("c", "respond", b"c" * 40, claim=CLAIM) is None
     assert batch.forward()["withheld"] == "" and len(batch.forward()["ciphertexts"]) == 3
+    alone = ShuffleBatch(4, "respond", frozenset("ab"), minimum=1)
+    alone.offer("a", "respond", b"a" * 40, claim=sealing_claim(3, b"k" * 32, QUESTION))
+    alone.offer("b", "respond", b"b" * 40, claim=sealing_claim(3, b"k" * 32, QUESTION))
+    assert "fewer than the 3 a site's answer was planned" in alone.forward()["withheld"]
+    assert alone.forward()["ciphertexts"] == []
     split = ShuffleBatch(2, "respond", frozenset("ab"))
     split.offer("a", "respond", b"a" * 40, claim=sealing_claim(1, b"k" * 32, QUESTION))
     split.offer("b", "respond", b"b" * 40, claim=sealing_claim(1, b"j" * 32, QUESTION))
     assert "2 different keys" in split.forward()["withheld"] and split.forward()["ciphertexts"] == []
+
+
+def test_one_message_sealed_to_another_key_or_answering_another_question_is_left_out_and_named():
+    """Issue 50's red team: one site that seals to a key of its own or claims another question
+    used to withhold every message of the batch (everyone's release, and everyone booked); now
+    the largest group of one key and one question is forwarded and the odd one out is named."""
+    other = bytes(reversed(QUESTION))
+    for odd_claim, words in ((sealing_claim(1, b"j" * 32, QUESTION), "sealed to another key"),
+                             (sealing_claim(1, b"k" * 32, other), "answers another request")):
+        batch = ShuffleBatch(5, "respond", frozenset("abcd"), minimum=3)
+        for sender in "abc":
+            batch.offer(sender, "respond", sender.encode() * 40, claim=sealing_claim(1, b"k" * 32, QUESTION))
+        batch.offer("d", "respond", b"d" * 40, claim=odd_claim)
+        forwarded = batch.forward()
+        assert forwarded["withheld"] == "" and forwarded["senders"] == ["a", "b", "c"]
+        assert sorted(forwarded["ciphertexts"]) == [b"a" * 40, b"b" * 40, b"c" * 40]
+        assert words in forwarded["refused"]["d"] and forwarded["received"]["d"] == 0
     for bad in (None, {"messages": 0, "key": b"x" * 16, "request": QUESTION}, {"messages": 2, "key": b"x", "request": QUESTION},
                 {"messages": True, "key": b"x" * 16, "request": QUESTION}, {"messages": 2, "key": b"x" * 16},
                 {"messages": 2, "key": b"x" * 16, "request": QUESTION[:16]}):
