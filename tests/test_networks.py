@@ -18,7 +18,6 @@ import pytest
 import quorum
 from runner.outputs import RunDirectory
 from runner.predict import predict
-from runner.study import run_study
 from transport.emulation import LinkEmulator
 from transport.links import (Availability, Network, Profile, fedscale_trace, network_of, profile_table, read_traces,
                              transfer_seconds)
@@ -41,9 +40,8 @@ def events(path, kind):
 
 
 def run_on_the_virtual_clock(scenario: quorum.Scenario, out) -> list[dict]:
-    """`scenario` in-process on the virtual clock (runner.study: quorum.run refuses a network
-    in-process); its results.csv rows."""
-    run_study(scenario.to_dict(), out, backend="inprocess")
+    """`scenario` in-process on the virtual clock; its results.csv rows."""
+    quorum.run(scenario, out, backend="inprocess")
     assert next(e for e in events(out, "coordinator_start"))["clock"] == "virtual"
     return RunDirectory(out).read_results()
 
