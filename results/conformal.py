@@ -25,8 +25,9 @@ class Threshold(Outcome):
     per_site: dict[str, float] | None = None  # local calibration: each site's own threshold
 
     name = "conformal"
-    COLUMNS = ("coverage", "size", "threshold", "guarantee", "ell", "k", "quantile_error", "clipped")
-    READS = Outcome.READS | {"guarantee", "ell", "k", "quantile_indices", "included", "top_bin"}
+    COLUMNS = ("coverage", "size", "threshold", "guarantee", "coverage_upper_bound", "p_max", "ell", "k",
+               "quantile_error", "clipped")
+    READS = Outcome.READS | {"guarantee", "ell", "k", "quantile_indices", "included", "top_bin", "theorem3"}
     HEADLINE = (("coverage", "coverage_mean", 4), ("size", "size_mean", 4))
 
     @classmethod
@@ -48,8 +49,10 @@ class Threshold(Outcome):
     def columns(self, truth: Truth) -> dict:
         coverage, size = self.evaluate(truth.world)
         clipped = _clipped(truth)
+        upper, p_max = self.coverage_upper_bound(truth)
         return {"coverage": coverage, "size": size, "threshold": self.threshold,
-                "guarantee": self.details.get("guarantee"), "ell": self.details.get("ell"),
+                "guarantee": self.details.get("guarantee"), "coverage_upper_bound": upper, "p_max": p_max,
+                "ell": self.details.get("ell"),
                 "k": self.details.get("k"), "quantile_error": self.worst_quantile_error(truth), "clipped": clipped}
 
     def caveats(self, truth: Truth) -> list[str]:
@@ -71,6 +74,29 @@ class Threshold(Outcome):
             else:
                 results.append(world.model.evaluate(world.test_base, world.y_test, threshold))
         return float(np.mean([c for c, _ in results])), float(np.mean([s for _, s in results]))
+
+    def coverage_upper_bound(self, truth: Truth) -> tuple[float | None, float | None]:
+        """Paper 003 theorem 3 (stats.private_coverage.coverage_upper_bound) for the private sets of
+        `private_cp` / `private_cp_local` (details `theorem3`: each set's n, alpha, epsilon, bins,
+        gamma and sites), with p_max^m estimated by the heaviest bin's share of the set's calibration
+        scores on its bins (the simulation knows them; the coordinator does not). Per-site sets: the
+        mean of the sites' bounds, as coverage is the mean of their coverages; p_max: the largest.
+        (None, None) for methods that report no theorem 3 inputs."""
+        grids = self.details.get("theorem3")
+        if not grids or self.status == "aborted":
+            return None, None
+        from stats.dp import Bins
+        from stats.private_coverage import coverage_upper_bound, heaviest_bin_share
+
+        scores, bounds, shares = truth.world.site_scores, [], []
+        for grid in grids:
+            bins = Bins(**grid["bins"])
+            values = np.concatenate([np.asarray(scores[s], dtype=float) for s in grid["sites"]])
+            share = heaviest_bin_share(np.bincount(bins.index_of(values), minlength=bins.count))
+            bounds.append(coverage_upper_bound(grid["n"], grid["alpha"], grid["epsilon"], bins.count,
+                                               grid["gamma"], share))
+            shares.append(share)
+        return float(np.mean(bounds)), float(max(shares))
 
     def worst_quantile_error(self, truth: Truth) -> float | None:
         """Paper 001 eq. (3), worst over the reported levels: |F(j*_p) - p| with F the true CDF of
@@ -101,9 +127,12 @@ class Threshold(Outcome):
                  "coverage_min": _stat(np.min, coverage), "size_mean": _stat(np.mean, size),
                  "size_median": _stat(np.median, size),
                  "guarantee_mean": float(np.mean(guarantee)) if guarantee else None,
+                 "coverage_upper_bound_mean": mean_of(rows, "coverage_upper_bound"),
                  "quantile_error_mean": mean_of(rows, "quantile_error")}
         notes = {key: over for key in stats if key.startswith(("coverage_", "size_"))}
         notes["guarantee_mean"] = f"the trials of all {len(rows)} that report a guarantee (ok and infinite)"
+        notes["coverage_upper_bound_mean"] = (f"the trials of all {len(rows)} that report paper 003's theorem 3 "
+                                              f"bound (private_cp, private_cp_local)")
         notes["quantile_error_mean"] = f"the trials of all {len(rows)} that report a quantile error"
         return stats, notes
 
@@ -113,7 +142,7 @@ class Threshold(Outcome):
 
         table = Table(title=f"Per-method results (target coverage {1 - alpha:g}; coverage and size over the ok trials)")
         for column in ("method", "codec", "privacy", "ok/inf/abort", "coverage", "sd", "min", "guarantee",
-                       "size", "size median"):
+                       "upper bound", "size", "size median"):
             table.add_column(column, justify="left" if column in ("method", "codec", "privacy") else "right",
                              no_wrap=True)
         for method, s in summaries.items():
@@ -121,7 +150,8 @@ class Threshold(Outcome):
                        else f"eps={s['epsilon']:g} {s['privacy']}")
             table.add_row(method, s["codec"], privacy, f"{s['ok']}/{s['infinite']}/{s['aborted']}",
                           fmt(s["coverage_mean"]), fmt(s["coverage_std"]), fmt(s["coverage_min"]),
-                          fmt(s["guarantee_mean"]), fmt(s["size_mean"]), fmt(s["size_median"]))
+                          fmt(s["guarantee_mean"]), fmt(s.get("coverage_upper_bound_mean")), fmt(s["size_mean"]),
+                          fmt(s["size_median"]))
         return table
 
     @classmethod

@@ -79,3 +79,33 @@ def test_heaviest_bin_share():
     assert heaviest_bin_share(np.ones(40)) == 1 / 40
     with pytest.raises(ValueError):
         heaviest_bin_share([0, 0])
+
+
+def test_private_cp_reports_theorem_3_in_its_results_columns():
+    """private_cp (central) and private_cp_local (per site) carry theorem 3's inputs; the results
+    columns evaluate it with the calibration scores' heaviest bin (results.conformal)."""
+    from types import SimpleNamespace
+
+    from protocol.methods import METHODS
+    from protocol.methods.base import Planned
+
+    rng = np.random.default_rng(5)
+    scores = {"a": rng.uniform(size=600), "b": rng.uniform(size=400)}
+    truth = SimpleNamespace(world=SimpleNamespace(site_scores=scores))
+    central = METHODS["private_cp"](0.1, epsilon=5.0, bins={"count": 100, "lo": 0.0, "hi": 1.0})
+    outcome = central.combine({"a": 600, "b": 400}, Planned({"a": {}, "b": {}}), scores, set(), rng)
+    upper, p_max = outcome.coverage_upper_bound(truth)
+    bins = Bins(0.0, 1.0, 100)
+    share = heaviest_bin_share(np.bincount(bins.index_of(np.concatenate([scores["a"], scores["b"]])), minlength=100))
+    assert p_max == share
+    assert upper == coverage_upper_bound(1000, 0.1, 5.0, 100, outcome.details["gamma"], share) < 1
+    assert "coverage_upper_bound" in type(outcome).COLUMNS
+
+    local = METHODS["private_cp_local"](0.1, epsilon=5.0, bins={"count": 100, "lo": 0.0, "hi": 1.0})
+    planned = local.plan({"a": 600, "b": 400})
+    outcome = local.combine({"a": 600, "b": 400}, planned, {"a": 90, "b": 91}, set(), rng)
+    upper, _ = outcome.coverage_upper_bound(truth)
+    per_site = [coverage_upper_bound(n, 0.1, 5.0, 100, optimal_gamma(n, 0.1, 5.0, 100),
+                                     heaviest_bin_share(np.bincount(bins.index_of(scores[s]), minlength=100)))
+                for s, n in (("a", 600), ("b", 400))]
+    assert upper == pytest.approx(np.mean(per_site))

@@ -66,6 +66,12 @@ class _PrivateCPBase(OneShotMethod):
         count, gamma, level = private_calibration(n, self.alpha, self.epsilon, self.bins_spec["count"])
         return Bins(self.bounds[0], self.bounds[1], count), gamma, level
 
+    def _theorem3(self, sites, n: int, bins: Bins, gamma: float) -> dict:
+        """The public inputs of paper 003's theorem 3 for one calibrated set (results.conformal
+        evaluates the bound with p_max^m of the scores, which the simulation knows)."""
+        return {"sites": list(sites), "n": int(n), "alpha": self.alpha, "epsilon": self.epsilon,
+                "bins": bins.as_body(), "gamma": float(gamma)}
+
 
 class PrivateCP(_PrivateCPBase):
     name = "private_cp"
@@ -82,7 +88,8 @@ class PrivateCP(_PrivateCPBase):
         index = private_quantile_bin(pooled, bins, level, self.epsilon, release_noise(rng))
         return Threshold.ok(bins.right_edge(index), guarantee=1.0 - self.alpha, level=level, gamma=gamma,
                           bins=bins.count, pooled=int(pooled.size), top_bin=index == bins.count - 1,
-                          m=len(sizes), answered=len(answers), dropped=sorted(dropped))
+                          m=len(sizes), answered=len(answers), dropped=sorted(dropped),
+                          theorem3=[self._theorem3(sorted(answers), pooled.size, bins, gamma)])
 
     @classmethod
     def site(cls, rows, rng, site_id):
@@ -122,6 +129,8 @@ class PrivateCPLocal(_PrivateCPBase):
         return Threshold("ok", "", {
             "guarantee": 1.0 - self.alpha, "m": len(sizes), "answered": len(answers),
             "dropped": sorted(dropped), "top_bin": any(answers[s] == grids[s].count - 1 for s in answers),
+            "theorem3": [self._theorem3([site], sizes[site], grids[site], self._grid(sizes[site])[1])
+                         for site in sorted(answers)],
         }, float(np.median(values)), per_site=thresholds)
 
     @classmethod
