@@ -341,16 +341,16 @@ class Coordinator:
         self._rejected(envelope.sender, site=envelope.sender, session=envelope.session, type=envelope.type,
                        reason=reason)
 
-    def _rejected(self, peer: str, **fields) -> None:
+    def _rejected(self, who: str, /, **fields) -> None:
         """A `rejected` event, up to MAX_REJECTED_LOGGED per peer; after that one event says the rest
         are counted, not logged (a peer flooding the coordinator with messages it refuses does not
         fill its disk; the ledger still meters every one of them), and the count is in the
         `rejected_total` event the run ends with (`shutdown`)."""
-        count = self.rejections[peer] = self.rejections.get(peer, 0) + 1
+        count = self.rejections[who] = self.rejections.get(who, 0) + 1
         if count <= MAX_REJECTED_LOGGED:
             self.events.write("rejected", **fields)
         elif count == MAX_REJECTED_LOGGED + 1:
-            self.events.write("rejected_suppressed", peer=peer, logged=MAX_REJECTED_LOGGED,
+            self.events.write("rejected_suppressed", peer=who, logged=MAX_REJECTED_LOGGED,
                               reason=f"more than {MAX_REJECTED_LOGGED} messages refused from this peer: the rest "
                                      f"are counted (rejected_total), not logged one by one")
 
