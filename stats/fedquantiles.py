@@ -7,6 +7,8 @@
 - YJ likelihood (eq. 10-12), one pass: every site returns, for a public grid of lambda values,
   n_l, sum h_lambda(x), sum h_lambda(x)^2 and sum sign(x) log(|x| + 1); the coordinator takes
   the grid point of largest log likelihood and Q_p = h^-1(mu + sigma Phi^-1(p)).
+  `yj_likelihood_continuous` maximizes the same likelihood over lambda continuously (iterative).
+- `linear_table_quantile`: the table CDF interpolated linearly between bin limits (section 5.2).
 - Quantile loss (eq. 4): iterative; each round every site returns its loss and (sub)gradient at
   the coordinator's q. Not privacy preserving (section 5.1: the loss changes slope at every data
   value, so repeated calls reveal the values); reported as such.
@@ -65,6 +67,20 @@ def naive_table_quantile(limits: np.ndarray, counts: np.ndarray, p: float) -> fl
     cdf = table_cdf(counts)
     i = int(np.searchsorted(cdf, p, side="right"))
     return float(np.asarray(limits, dtype=float)[1 + min(i, cdf.size - 1)])
+
+
+def linear_table_quantile(limits: np.ndarray, counts: np.ndarray, p: float) -> float:
+    """Section 5.2, the linear-interpolation estimate the paper tried and did not report ("the
+    results were poor"): F-hat interpolated linearly between bin limits (a uniform distribution
+    within each bin), F-hat(b_0) = 0, and Q_p where it crosses p. With infinite extreme limits the
+    extreme bins have no width to interpolate over: Q_p is then the finite inner limit."""
+    limits = np.asarray(limits, dtype=float)
+    cdf = np.concatenate([[0.0], table_cdf(counts)])
+    i = int(np.clip(np.searchsorted(cdf, p, side="left"), 1, cdf.size - 1))  # cdf[i-1] < p <= cdf[i]
+    lo, hi, f_lo, f_hi = limits[i - 1], limits[i], cdf[i - 1], cdf[i]
+    if not np.isfinite(lo) or not np.isfinite(hi) or f_hi <= f_lo:
+        return float(hi if np.isfinite(hi) else lo)
+    return float(lo + (p - f_lo) / (f_hi - f_lo) * (hi - lo))
 
 
 def yj_table_fit(limits: np.ndarray, counts: np.ndarray) -> tuple[float, float, float]:
@@ -126,6 +142,28 @@ def yj_likelihood_fit(moments: list[dict], grid: list[float]) -> tuple[float, fl
 def yj_likelihood_quantile(moments: list[dict], grid: list[float], p: float) -> float:
     """Eq. (12) at the grid maximizer."""
     lam, mu, sigma, _ = yj_likelihood_fit(moments, grid)
+    return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
+
+
+def yj_likelihood_continuous(moments_at, bounds: tuple[float, float] = LAMBDA_RANGE,
+                             xtol: float = 1e-6) -> tuple[float, float, float]:
+    """Eq. (10)-(11) maximized over lambda in `bounds` by a bounded scalar search instead of the
+    one-pass grid (section 5.2: "a simple optimization routine that maximizes the log likelihood
+    over lambda", iterative: every evaluation is one more round of yj_site_moments at one lambda).
+    `moments_at(lam)` returns the sites' yj_site_moments at [lam]. Returns (lambda-hat, mu, sigma)."""
+    def fit(lam):
+        lam_hat, mu, sigma, loglik = yj_likelihood_fit(moments_at(lam), [lam])
+        return -float(loglik[0]), mu, sigma
+
+    lam = float(optimize.minimize_scalar(lambda v: fit(v)[0], bounds=bounds, method="bounded",
+                                         options={"xatol": xtol}).x)
+    _, mu, sigma = fit(lam)
+    return lam, mu, sigma
+
+
+def yj_continuous_quantile(sites: list[np.ndarray], p: float) -> float:
+    """Eq. (12) at the continuous maximizer (yj_likelihood_continuous) of the sites' values."""
+    lam, mu, sigma = yj_likelihood_continuous(lambda v: [yj_site_moments(x, [v]) for x in sites])
     return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
 
 

@@ -346,8 +346,18 @@ def first_release(groups: list[np.ndarray], k: int, rng: np.random.Generator, ex
     return _release([lo, *inner, hi], groups, k)
 
 
+#: how a joining site closes its cells: "hardened" (join_cells, the default and the only rule the
+#: protocol's sites use) or "paper" (algorithms 5-6 as printed, k_anonymous_cells on the table's
+#: bins: a cell closes at the first limit once its count is 0 or >= K, empty bins are cells).
+#: "paper" does NOT hold against a lying coordinator: a fabricated table of narrow bins locates
+#: the K-th, 2K-th, ... values and every value after an empty stretch (issue 35). It exists only
+#: to reproduce paper 004's tables (bench/paper004.py, issue 51).
+CELL_RULES = ("hardened", "paper")
+
+
 def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.Generator,
-                 extremes: str = "buffer", bounds: tuple[float, float] | None = None) -> Release:
+                 extremes: str = "buffer", bounds: tuple[float, float] | None = None,
+                 cells: str = "hardened") -> Release:
     """A further site's contribution (section 3.2, algorithm 4): revise the extreme limits if its
     data go beyond them, split each bin where its own data allow, then K-anonymous cells.
 
@@ -355,7 +365,11 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
     join_cells, not the paper's first-limit rule; a buffer limit moves only when at least K of the
     site's releasable points lie beyond it (the paper moves it for one point, and the moved limit then bounds that
     point's value, or with the inner limit determines it); fewer are counted in the extreme bin
-    (top_code). The new limit is a buffer (buffer_width) around the site's own extreme bin."""
+    (top_code). The new limit is a buffer (buffer_width) around the site's own extreme bin.
+    `cells="paper"` closes the cells by the paper's rule instead (CELL_RULES; not safe against
+    a lying coordinator, for reproducing the paper only)."""
+    if cells not in CELL_RULES:
+        raise ValueError(f"cells must be one of {CELL_RULES}, got {cells!r}")
     check_table(table_limits)
     groups = [np.sort(np.asarray(g, dtype=float)) for g in groups]
     limits = [float(v) for v in table_limits]
@@ -377,7 +391,7 @@ def join_release(table_limits, groups: list[np.ndarray], k: int, rng: np.random.
         cuts, _ = greedy_cuts([g[at == b] for g, at in zip(active, group_bins)], k)
         if cuts:
             added += anonymized_limits(cuts, np.unique(pooled[pooled_bins == b]), rng)
-    return _release(sorted(limits + added), groups, k, noise=rng)
+    return _release(sorted(limits + added), groups, k, noise=rng if cells == "hardened" else None)
 
 
 def check_release(release: Release, groups: list[np.ndarray], k: int, public_limits=(), joined: bool = False) -> None:
