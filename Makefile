@@ -79,5 +79,20 @@ paper004: $(VENV)/.installed
 paper003-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003_fig3.py
 
+# paper 003, everything offline (issue 51): figure 2 and theorems 2-3 / corollary 1 (theory, with
+# Monte Carlo), figure 3 (bench/paper003_fig3.py, as paper003-fig3), figures 4-6's digits stand-in;
+# writes bench/results/paper003.json and docs/papers/003.md (about 12 min here); ARGS=--quick: 20
+# data sets and splits, figure 3 with 1 model seed (about 3 min, bench/results/paper003_fig3_quick.json)
+.PHONY: paper003 paper001
+paper003: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/paper003.py $(ARGS)
+
+# paper 001, figures 2 and 3 (issue 51): runs `make paper001-fig2` and `make paper001-fig3` (about 10
+# and 18 min here) and writes bench/results/paper001.json and docs/papers/001.md, the claims against
+# the detailed pages; ARGS=--quick runs their --quick versions (about 1 and 4 min) and keeps the
+# summary on the committed full runs
+paper001: $(VENV)/.installed
+	$(PY) bench/paper001.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
