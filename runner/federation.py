@@ -306,7 +306,7 @@ class InProcessFederation(Federation):
         self.clock = RealClock() if run.runtime.clock == "real" else VirtualClock()
         emulated = run.network.emulated
         # under links (or in real time) an answer leaves when its site has computed it
-        self.transport = MemoryTransport(self.clock, service_time=emulated or not self.clock.virtual)
+        self.transport = MemoryTransport(self.clock, service_time=emulated or not self.clock.virtual, curve=curve)
         rules = list(run.fault_rules)
         self.sites = {}
         for site in run.site_ids:
@@ -319,7 +319,7 @@ class InProcessFederation(Federation):
             # runtime.security plain: no registry, so no allow-list at the shuffler (debugging only)
             admitted = None if run.runtime.security == "plain" else frozenset(run.site_ids)
             self.shuffler = MemoryShuffler(admitted,
-                                           LinkEmulator(run.network, started=0.0) if emulated else None)
+                                           LinkEmulator(run.network, started=0.0) if emulated else None, curve=curve)
             self.transport.attach(self.shuffler, self.shuffler.hello(self.clock.now()))
         self.adversary = Adversary(list(run.attacks), run.labels, run.seed) if run.attacks else None
         self.ledger = Ledger(rundir.ledger, keep_rows=False)

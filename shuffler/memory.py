@@ -25,7 +25,9 @@ class MemoryShuffler(MemoryPeer):
     name = SHUFFLER_ID
     wakes = True  # a batch's deadline, a held sealed message
 
-    def __init__(self, admitted: frozenset[str] | None, links: LinkEmulator | None = None) -> None:
+    def __init__(self, admitted: frozenset[str] | None, links: LinkEmulator | None = None, curve: bool = False) -> None:
+        """curve: messages sized as the shuffler's CurveZMQ socket would receive them."""
+        self.curve = curve
         self.admitted, self.links = admitted, links if links is not None and links.network.emulated else None
         self.core, self.held, self.packer = ShufflerCore(), Held(), Packer(SHUFFLER_ID)
         self.alive, self.crashed = True, False
@@ -35,7 +37,7 @@ class MemoryShuffler(MemoryPeer):
         return [Outbound(now, COORDINATOR_ID, self.packer.pack("hello", 0, {"pid": os.getpid()}))]
 
     def deliver(self, sender: str, data: bytes, nbytes: int, now: float) -> list[Outbound]:
-        incoming = unpack(sender, data)
+        incoming = unpack(sender, data, self.curve)
         if sender == COORDINATOR_ID:
             status, replies = self.core.from_coordinator(incoming.envelope, incoming.reason, now)
             if status == "shutdown":

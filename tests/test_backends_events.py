@@ -2,14 +2,17 @@
 
 The same scenario, with faults and attacks, run over site processes (ZeroMQ, real time) and in
 process (the in-memory transport, a virtual clock) writes the same events.jsonl: the same joins,
-dropouts with their reasons, rejected messages, attacks, session outcomes, in the same order.
+dropouts with their reasons, rejected messages, attacks, session outcomes, in the same order, and
+the same ledger (every message, its type and its size on the wire).
 What may differ is only what a process has and memory has not (pids, placement, keys, endpoints,
 timestamps and durations) and the order in which site processes happened to say hello.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,17 @@ def test_both_backends_write_the_same_events(path, overrides, tmp_path):
     for i, (a, b) in enumerate(zip(inproc, procs)):
         assert a == b, f"event {i} differs:\n in-process {a}\n processes  {b}"
     assert len(inproc) == len(procs)
+    # and the same messages on the wire, byte for byte as framed (CurveZMQ's sizes in memory too)
+    ledgers = {backend: comparable_ledger(tmp_path / backend / "ledger.csv") for backend in written}
+    assert ledgers["inprocess"] == ledgers["processes"], (ledgers["inprocess"] - ledgers["processes"],
+                                                          ledgers["processes"] - ledgers["inprocess"])
+
+
+def comparable_ledger(path: Path) -> Counter:
+    """ledger.csv's rows without times and links, as a multiset (messages arrive in any order)."""
+    with open(path) as handle:
+        return Counter((r["trial"], r["session"], r["phase"], r["site"], r["direction"], r["type"], r["bytes"],
+                        r["accepted"], r["info_bits"]) for r in csv.DictReader(handle))
 
 
 def test_the_in_process_backend_waits_out_deadlines_in_network_time_without_sleeping(tmp_path, monkeypatch):

@@ -74,9 +74,10 @@ class Packer:
         return encode(Envelope(mtype, session, self.sender, next(self._seq), payload))
 
 
-def unpack(peer: str, data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Incoming:
-    """Bytes received from `peer` as an Incoming (the envelope, or why it is refused)."""
-    nbytes = message_wire_bytes([len(data)], False)
+def unpack(peer: str, data: bytes, curve: bool = False, max_bytes: int = MAX_MESSAGE_BYTES) -> Incoming:
+    """Bytes received from `peer` as an Incoming (the envelope, or why it is refused), sized as
+    the sockets would carry them (under CurveZMQ when `curve`)."""
+    nbytes = message_wire_bytes([len(data)], curve)
     try:
         return Incoming(peer, nbytes, envelope=decode(data, max_bytes=max_bytes))
     except WireError as exc:
@@ -85,10 +86,11 @@ def unpack(peer: str, data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> Incomi
 
 class MemoryTransport(Transport):
     endpoint = "memory://"
-    curve = False
 
-    def __init__(self, clock: Clock, service_time: bool = False) -> None:
-        self.clock, self.service_time = clock, service_time
+    def __init__(self, clock: Clock, service_time: bool = False, curve: bool = False) -> None:
+        """curve: size every message as CurveZMQ would carry it (the run's `runtime.security`), so
+        the ledger counts what the processes backend's would; nothing is encrypted in memory."""
+        self.clock, self.service_time, self.curve = clock, service_time, curve
         self.peers: dict[str, MemoryPeer] = {}
         self._waking: list[MemoryPeer] = []  # the peers that act on their own
         self.lost: list[Lost] = []
@@ -112,7 +114,7 @@ class MemoryTransport(Transport):
             return None
         data = b"".join(frames)
         heapq.heappush(self._queue, (self.clock.now(), next(self._order), peer, COORDINATOR_ID, data))
-        return message_wire_bytes([len(f) for f in frames], False)
+        return message_wire_bytes([len(f) for f in frames], self.curve)
 
     def inject(self, sender: str, to: str, data: bytes) -> None:
         """A message from a party that is no peer of the network (an attack's forged sender)."""
@@ -134,12 +136,12 @@ class MemoryTransport(Transport):
             _, _, to, sender, data = heapq.heappop(self._queue)
             self.clock.sleep_until(due)
             if to == COORDINATOR_ID:
-                return unpack(sender, data)
+                return unpack(sender, data, self.curve)
             target = self.peers.get(to)
             if target is None or not target.alive:
                 continue
             began = time.thread_time()
-            replies = target.deliver(sender, data, message_wire_bytes([len(data)], False), self.clock.now())
+            replies = target.deliver(sender, data, message_wire_bytes([len(data)], self.curve), self.clock.now())
             spent = time.thread_time() - began if self.service_time else 0.0
             self._post(to, replies, spent)
             if target.crashed:
