@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench bench-network-time paper001-fig2 paper001-fig3 paper002 paper004 paper003-fig3 clean
+.PHONY: demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper004 paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -42,6 +42,13 @@ bench: $(VENV)/.installed
 # bench/results/network_time-quick.json)
 bench-network-time: $(VENV)/.installed
 	$(PY) bench/network_time.py $(ARGS)
+
+# CPU or GPU (issue 51 point 3, docs/scale.md "CPU or GPU"): the model size at which CUDA overtakes
+# the CPU (one thread, as a site process) for a site's scoring and training, MLP widths and CNN
+# channels; CPU only where torch sees no GPU (the crossover then unmeasured): bench/results/device_crossover.json.
+# ARGS=--quick for MLPs only (under a minute, bench/results/device_crossover-quick.json)
+bench-device-crossover: $(VENV)/.installed
+	$(PY) bench/device_crossover.py $(ARGS)
 
 # paper 001 figure 2, all eight panels (4 estimators, epsilon 1..20, 100 runs) and the gap analysis
 # (about 10 min here): runs/paper001-fig2/fig2.{json,png}, bench/results/paper001_fig2.json; ARGS=--quick
