@@ -35,6 +35,15 @@ class Model(ABC):
         """Where this model computes: scikit-learn models always on the CPU."""
         return "cpu"
 
+    #: whether `fit` trains anything (False: a model that only shapes the rows, runner.devices)
+    trains: ClassVar[bool] = True
+
+    @property
+    def training_device(self) -> str:
+        """Where the harness's `fit` computed: this model's device, or "none" for a model that
+        fits nothing (summary.json's devices.model_training, runner.devices)."""
+        return self.device if self.trains else "none"
+
     @abstractmethod
     def fit(self, X: np.ndarray, y: np.ndarray, alpha: float, rng: np.random.Generator) -> "Model": ...
 
@@ -71,6 +80,7 @@ class DataOnly(Model):
 
     PARAMS: ClassVar[dict[str, dict]] = {}
     no_sets: ClassVar[str]
+    trains = False
 
     def fit(self, X, y, alpha, rng):
         return self

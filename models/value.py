@@ -13,6 +13,7 @@ class Value(Model):
     kind = "value"
     score = "absolute_residual"
     PARAMS: dict = {}
+    trains = False  # nothing is fitted
 
     def fit(self, X, y, alpha, rng):
         return self

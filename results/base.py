@@ -38,7 +38,7 @@ STATUSES = ("ok", "infinite", "aborted", "shortfall")
 #: results.csv columns every row has, before and after its families' own
 HEAD_COLUMNS = ("trial", "method", "result", "codec", "status")
 TAIL_COLUMNS = ("sites", "answered", "epsilon", "privacy", "noise", "epsilon_obtained", "epsilon_local",
-                "seconds", "reason", "details")
+                "device", "seconds", "reason", "details")  # device: where it ran (runner.devices)
 DETAIL_LIMIT = 1000  # characters of JSON per value in the details column; a longer value is noted, not written
 
 

@@ -34,12 +34,13 @@ ATTACK_COLUMNS = ["trial", "method", "attack", "asked", "answered", "refused", "
 
 
 def session_rows(trial: int, label: str, method, outcome: Outcome, world, wire: Mapping, *, sites: int,
-                 seconds: float, noise: str) -> tuple[dict, dict[str, list[dict]]]:
+                 seconds: float, noise: str, device: str | None = None) -> tuple[dict, dict[str, list[dict]]]:
     """One session's row of results.csv and its rows of its family's own tables, whatever the
     family: the columns every row has, then what the result itself writes (results.base), judged
     against the trial's `world` and the session's bytes, `wire` ((phase, direction) -> bytes:
     Ledger.session_wire). A result of another family than its method declares (`Method.result`)
-    is recorded as aborted, with the reason."""
+    is recorded as aborted, with the reason. `device`: where the session's parts ran
+    (runner.devices.session_device: 'scoring=cpu; model_training=cpu; site_training=none')."""
     truth = Truth(world, method, wire)
     family = method.result
     if outcome.status != "aborted" and not isinstance(outcome, family):
@@ -48,6 +49,7 @@ def session_rows(trial: int, label: str, method, outcome: Outcome, world, wire: 
     privacy = method.privacy
     row = {"trial": trial, "method": label, "result": family_name(family), "codec": method.codec, "sites": sites,
            "epsilon": privacy["epsilon"], "privacy": privacy["model"], "noise": noise, "seconds": round(seconds, 6),
+           "device": device,
            **outcome.common_columns(), **outcome.columns(truth)}
     notes = outcome.caveats(truth)
     if notes:
@@ -135,10 +137,10 @@ class RunDirectory:
         return fired
 
     def record_session(self, trial: int, label: str, method, outcome: Outcome, world, wire: Mapping, *,
-                       sites: int, seconds: float, noise: str) -> dict:
+                       sites: int, seconds: float, noise: str, device: str | None = None) -> dict:
         """One session's rows (session_rows), appended; returns its results.csv row."""
         row, side = session_rows(trial, label, method, outcome, world, wire, sites=sites, seconds=seconds,
-                                 noise=noise)
+                                 noise=noise, device=device)
         self.append_session(row, side)
         return row
 

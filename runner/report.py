@@ -234,7 +234,8 @@ def attack_line(attack: dict) -> str:
 
 
 def sites_line(summary: dict) -> str:
-    """One line on the sites: their sizes, where they scored, and how they differ."""
+    """One line on the sites: their sizes, where they scored and where the model and the sites
+    trained (runner.devices), and how they differ."""
     h = summary["heterogeneity"]
     sizes = [site["n"] for site in h["sites"].values()]
     if not sizes:
@@ -245,8 +246,13 @@ def sites_line(summary: dict) -> str:
         shown = f"n_j = {', '.join(map(str, sizes))} (total {sum(sizes)})"
     else:
         shown = f"n_j from {min(sizes)} to {max(sizes)} (total {sum(sizes)})"
-    devices = ", ".join(inert(device, MAX_NAME_CHARS) for device in summary["site_devices"])  # as the sites said
-    text = f"sites: {len(sizes)}, {shown}; scored on {devices}"
+    if summary.get("devices"):  # where the sites scored, the harness trained and the sites trained (runner.devices)
+        from runner.devices import devices_words
+
+        where = inert(devices_words(summary["devices"]))  # the scoring devices as the sites said
+    else:  # a summary written before the harness said where training ran
+        where = "scored on " + ", ".join(inert(device, MAX_NAME_CHARS) for device in summary["site_devices"])
+    text = f"sites: {len(sizes)}, {shown}; {where}"
     placed = summary.get("placement")
     if placed:
         text += (f"; {placed['processes']} process(es) of {placed['sites_per_process']} site(s)"

@@ -19,6 +19,7 @@ from coordinator.events import EventLog
 from protocol.accounting import Budget
 from runner.federation import FEDERATIONS
 from runner import limits as machine_limits
+from runner.devices import DeviceTally, count, session_device, training_counts
 from runner.heterogeneity import HeterogeneityReport
 from runner.outputs import ResumeError, RunDirectory  # noqa: F401 (ResumeError: the API's)
 from runner.plots import run_plots
@@ -100,6 +101,7 @@ class Study:
         self.federation = FEDERATIONS[backend](run, rundir, fired=frozenset(fired), external_sites=external_sites)
         self.events = self.federation.events
         self.model_device, self.site_devices = "cpu", set()
+        self.devices = DeviceTally()  # where sites scored, the harness trained and sites trained (runner.devices)
         self.model_training: list[dict | None] = []  # each trial's model: DP-SGD's record or None (models.dp_sgd)
         self.started, self.completed = time.time(), 0
 
@@ -131,6 +133,8 @@ class Study:
         self.model_training.append(getattr(world.model, "training_privacy", None))
         sizes = self.federation.open_trial(trial, world)
         self.site_devices |= set(self.federation.devices.values())
+        scoring, model_training = count(self.federation.devices), world.model.training_device
+        self.devices.trial(self.federation.devices, model_training)
         self.report.add(world, trial_rng(self.run.seed, trial, "report"))
         for index, label, configured in todo:
             method = configured.for_trial(world.public)
@@ -139,7 +143,10 @@ class Study:
             row = self.rundir.record_session(trial, label, method, outcome, world,
                                              self.federation.ledger.session_wire(trial, label),
                                              sites=len(sizes), seconds=time.perf_counter() - began,
-                                             noise=self.run.noise)
+                                             noise=self.run.noise,
+                                             device=session_device(scoring, model_training,
+                                                                   training_counts(outcome.details)))
+            self.devices.session(label, training_counts(outcome.details))
             if progress is not None:
                 progress(trial, label, row)
         if not keep_work:
@@ -156,7 +163,8 @@ class Study:
         summary = {
             "scenario": run.name, "backend": self.backend, "alpha": run.alpha, "trials": self.completed,
             "sites": len(run.site_ids), "device": self.model_device,
-            "site_devices": sorted(self.site_devices) or [self.model_device], "heterogeneity": self.report.summary(),
+            "site_devices": sorted(self.site_devices) or [self.model_device], "devices": self.devices.summary(),
+            "heterogeneity": self.report.summary(),
             "security": run.runtime.security if self.backend == "processes" else "none",
             "seconds": round(time.time() - self.started, 3), "methods": summarize(rundir.read_results()),
             "communication": communication(ledger), "events": self.events.counts,

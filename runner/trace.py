@@ -18,6 +18,9 @@ instants that both outputs draw:
                  index in events.jsonl; an instant where a phase deadline passed with sites
                  missing; an instant where a scripted site-side fault (faults: in the scenario)
                  meets a request to that site; and a counter of the bytes up and down so far.
+                 The process is named with where the run computed (scored on, model trained on,
+                 sites trained on: runner.devices), and `otherData.devices` is summary.json's
+                 `devices`.
   timeline.png   runner.timeline: one trial, sites on one axis and time on the other.
 
 Times in trace.json are microseconds from the run's first record; `otherData.origin_unix_s`
@@ -73,6 +76,8 @@ class Timeline:
     bytes_down: list[tuple[float, int]]
     events: list[dict]
     shown: str = ""  # when a large run's site tracks were sampled: which (sampled_sites)
+    #: where the run computed (summary.json's `devices`, runner.devices): {} before its summary is written
+    devices: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, path: str | Path, max_sites: int | None = None) -> "Timeline":
@@ -95,7 +100,8 @@ class Timeline:
         instants = (event_instants(site_events) + deadline_instants(events)
                     + scripted_fault_instants(site_rows, scenario))
         up, down = byte_counters(rows)
-        return cls(scenario.get("name", Path(path).name), tracks, spans, instants, up, down, events, shown)
+        return cls(scenario.get("name", Path(path).name), tracks, spans, instants, up, down, events, shown,
+                   _read_devices(run.summary))
 
     def trials(self) -> list[int]:
         return sorted({s.args["trial"] for s in self.spans if isinstance(s.args.get("trial"), int)})
@@ -137,6 +143,15 @@ def sampled_sites(sites: list[str], events: list[dict], limit: int) -> tuple[lis
     kept = [s for s in sites if s in chosen]
     return kept, (f"{len(kept)} of {len(sites)} sites shown: all {len(troubled)} with a dropout, fault or rejected "
                   f"message, the rest evenly spaced")
+
+
+def _read_devices(path: Path) -> dict:
+    """summary.json's `devices` (inert: the scoring devices are the sites' words), or {}."""
+    try:
+        devices = json.loads(path.read_text()).get("devices")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return inert_all(devices, MAX_NAME_CHARS * 4) if isinstance(devices, dict) else {}
 
 
 def _read_events(path: Path) -> list[dict]:
@@ -359,7 +374,12 @@ def trace_events(timeline: Timeline) -> dict:
     origin = min(times, default=0.0)
     us = (lambda t: round((t - origin) * 1e6, 1))
     tid = {track: number for number, track in enumerate(timeline.tracks, start=1)}
-    out = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"Quorum run {timeline.name}"}}]
+    where = ""
+    if timeline.devices:  # the process is named with where the run computed
+        from runner.devices import devices_words
+
+        where = f" ({devices_words(timeline.devices)})"
+    out = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": f"Quorum run {timeline.name}{where}"}}]
     for track, number in tid.items():
         out.append({"ph": "M", "pid": 1, "tid": number, "name": "thread_name", "args": {"name": track}})
         out.append({"ph": "M", "pid": 1, "tid": number, "name": "thread_sort_index", "args": {"sort_index": number}})
@@ -379,6 +399,7 @@ def trace_events(timeline: Timeline) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"run": timeline.name, "origin_unix_s": origin, "events": len(timeline.events),
                           "source": "events.jsonl, ledger.csv, scenario.yaml",
+                          **({"devices": timeline.devices} if timeline.devices else {}),
                           **({"sites_shown": timeline.shown} if timeline.shown else {})}}
 
 

@@ -233,6 +233,7 @@ class RoundsCoordinator(CoordinatorHalf):
                 for key in ("global_accuracy", "proxy_accuracy", "private_accuracy", "set_coverage", "test_set_size")}
         return LearningRun("ok", "", {"answered": len(final), "excluded": {**self.excluded, **dropped},
                                       "training_device": _devices(self.members.values()),
+                                      "training_devices": _device_counts(self.members.values()),
                                       "private_accuracy": mean["private_accuracy"],
                                       "test_set_size": mean["test_set_size"]},
                            accuracy=primary["mean"], accuracy_sd=primary["sd"],
@@ -258,6 +259,12 @@ class RoundsCoordinator(CoordinatorHalf):
 def _devices(metrics) -> str:
     cuda = {int(m.get("cuda", 0)) for m in metrics}
     return "cuda" if cuda == {1} else "cpu" if cuda == {0} else "mixed"
+
+
+def _device_counts(metrics) -> dict[str, int]:
+    """{device: sites} that set up to train, from each site's setup answer (runner.devices)."""
+    cuda = [int(m.get("cuda", 0)) for m in metrics]
+    return {device: n for device, n in (("cpu", cuda.count(0)), ("cuda", len(cuda) - cuda.count(0))) if n}
 
 
 class LearningSite(SiteHalf):

@@ -236,7 +236,8 @@ class TailCoordinator(CoordinatorHalf):
                                    dropped=dict(dropped))
         summary = error_summary(np.array(tested))
         details = {"answered": len(errors), "excluded": {**self.excluded, **dropped}, **summary,
-                   "training_sites": len(self.training), "training_device": "cpu"}
+                   "training_sites": len(self.training), "training_device": "cpu",
+                   "training_devices": {"cpu": len(self.training)}}  # numpy: the sites train on the CPU
         validated = [e for site, e in errors.items() if site in validation]
         if validated:
             details.update({f"validation_{k}": v for k, v in error_summary(np.array(validated)).items()})
