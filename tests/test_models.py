@@ -153,6 +153,10 @@ def test_a_torch_classifier_study_over_site_processes(tmp_path):
                              ["trials=2", "sites.count=4", "model.params.epochs=25", "model.params.score=raps"]).to_dict()
     summary = run_study(scenario, tmp_path / "run", backend="processes")
     assert summary["site_devices"] == [resolve_device("auto")]
+    # where each part ran, over site processes too (runner.devices): 4 sites scored, the harness trained
+    assert summary["devices"]["scoring"] == {"device": resolve_device("auto"), "sites": {resolve_device("auto"): 4}}
+    assert summary["devices"]["model_training"]["device"] == resolve_device("auto")
+    assert summary["devices"]["site_training"]["device"] == "none"
     assert summary["heterogeneity"]["kind"] == "dirichlet"
     assert [s["n"] for s in summary["heterogeneity"]["sites"].values()] == [179] * 4  # 718 // 4
     rows = RunDirectory(tmp_path / "run").read_results()
