@@ -175,6 +175,7 @@ def test_network_time_agrees_with_real_time_over_site_processes(virtual_run, tmp
     assert_same_network(virtual_run, run(tmp_path / "processes", "processes"), PROCESSES_LATE)
 
 
+@pytest.mark.slow  # real time: its tolerance is the machine's, so it runs in the slower suite
 def test_network_time_agrees_with_the_in_process_pump_in_real_time(virtual_run, tmp_path):
     """runtime.clock: real in process: the same pump and transport waiting as the sockets would;
     the sites compute in its thread, so the worst lateness is a site's computing (INPROCESS_REAL_LATE)."""
