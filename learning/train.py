@@ -12,8 +12,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from learning.nets import accuracy, logits
+from learning.aggregators import moreau_step, proximal_term
 from learning.uarl import (backward_kd_loss, calibration_penalty, consensus_weight, fit_conformal,
-                           forward_kd_loss)
+                           forward_kd_loss, symmetric_kd_loss, top_k_sets)
 
 #: appendix C: a client's data split into local training, testing and conformal (validation) sets
 SPLIT = (0.7, 0.2, 0.1)
@@ -64,6 +65,22 @@ class TrainingConfig:
     #: beyond the paper (protocol.methods.fedtype_personal): the weight of a cross-entropy term for
     #: the proxy in eq. (2); 0 is the paper's objective, where the proxy learns only by eq. (1)
     proxy_ce: float = 0.0
+    #: the ablations of table 2 and figure 3 (paper 002), each a switch off the paper's default:
+    #: "uncertainty" (eq. 3) or "symmetric" (FedType_sym: plain KD from the proxy, learning.uarl.symmetric_kd_loss)
+    backward_kd: str = "uncertainty"
+    #: "conformal" (eq. 6) or "topk" (FedType_TopK: the top_k labels of each network, learning.uarl.top_k_sets)
+    label_sets: str = "conformal"
+    top_k: int = 3
+    #: "eta" (eq. 8) or "one" (FedType_{eta=1})
+    consensus: str = "eta"
+    #: g1 (eq. 7), g2 (fixed lambda: FedType_{g=0.5}), g3, g4 (figure 3; learning.uarl.CALIBRATIONS)
+    calibration: str = "g1"
+    #: how the proxy is trained and averaged (learning.aggregators): fedavg, fedprox (mu), pfedme
+    #: (pfedme_lam, pfedme_lr: lambda and eta of T Dinh et al.'s algorithm 1)
+    aggregation: str = "fedavg"
+    mu: float = 0.01
+    pfedme_lam: float = 15.0
+    pfedme_lr: float = 0.01
 
 
 #: the options a method may add to the local updates (a site's request names them in its extra
@@ -100,13 +117,17 @@ class UARLState:
 
 
 def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfig, state: UARLState,
-               rng: np.random.Generator) -> dict[str, float]:
+               rng: np.random.Generator, anchor=None) -> dict[str, float]:
     """Algorithm 1, `passes` times: the shuffled D_i in R parts; per part ("epoch") r, conformal
     models of both networks on D'_i (eq. 5) with g(Delta, lambda) (eq. 7), Delta the change of the
     proxy's validation accuracy since the last measurement; the sets S (proxy) and L (private) of
     eq. (6) and eta of eq. (8) for the part's points; then mini-batch steps on eq. (2),
     CE + forward KD (eq. 1, trains the proxy) + backward KD (eq. 3, trains the private model).
-    Returns the mean |S|, |L| and eta over the points trained on, and the last g."""
+    Returns the mean |S|, |L| and eta over the points trained on, and the last g.
+
+    The config's switches give table 2's and figure 3's variants (TrainingConfig); `anchor` (a
+    list of tensors, learning.aggregators.anchor_of) is the global proxy for FedProx's proximal
+    term, or pFedMe's local model w_i, moved after each step by its Moreau update."""
     import torch
     import torch.nn.functional as F
 
@@ -122,28 +143,39 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
             delta = 0.0 if state.last_proxy_accuracy is None or np.isnan(proxy_accuracy) else (
                 proxy_accuracy - state.last_proxy_accuracy)
             state.last_proxy_accuracy = proxy_accuracy
-            g = calibration_penalty(delta, config.lam)
-            cp = fit_conformal(logits(proxy, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg, rng)
-            cw = fit_conformal(logits(private, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg, rng)
+            g = calibration_penalty(delta, config.lam, config.calibration)
             X_part = data.X_train[torch.as_tensor(part, dtype=torch.long, device=device)]
-            S = cp.sets(logits(proxy, X_part).cpu().numpy(), rng.uniform(size=len(part)))
-            L = cw.sets(logits(private, X_part).cpu().numpy(), rng.uniform(size=len(part)))
-            eta = consensus_weight(S, L)
+            if config.label_sets == "topk":
+                S = top_k_sets(logits(proxy, X_part).cpu().numpy(), config.top_k)
+                L = top_k_sets(logits(private, X_part).cpu().numpy(), config.top_k)
+            else:
+                cp = fit_conformal(logits(proxy, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg, rng)
+                cw = fit_conformal(logits(private, data.X_val).cpu().numpy(), val_labels, config.theta, g, config.k_reg,
+                                   rng)
+                S = cp.sets(logits(proxy, X_part).cpu().numpy(), rng.uniform(size=len(part)))
+                L = cw.sets(logits(private, X_part).cpu().numpy(), rng.uniform(size=len(part)))
+            eta = consensus_weight(S, L) if config.consensus == "eta" else np.ones(len(part))
             sizes_s.append(S.sum(axis=1)), sizes_l.append(L.sum(axis=1)), etas.append(eta)
             private.train(), proxy.train()
             for batch in batches(rng.permutation(len(part)), config.batch_size):
                 index = torch.as_tensor(part[batch], dtype=torch.long, device=device)
                 x, y = data.X_train[index], data.y_train[index]
                 zw, zp = private(x), proxy(x)
-                loss = (F.cross_entropy(zw, y) + forward_kd_loss(zw, zp)
-                        + backward_kd_loss(zw, S[batch], eta[batch], config.backward_loss))
+                backward = (symmetric_kd_loss(zw, zp) if config.backward_kd == "symmetric"
+                            else backward_kd_loss(zw, S[batch], eta[batch], config.backward_loss))
+                loss = F.cross_entropy(zw, y) + forward_kd_loss(zw, zp) + backward
                 if config.proxy_ce:
                     loss = loss + config.proxy_ce * F.cross_entropy(zp, y)
+                if config.aggregation in ("fedprox", "pfedme"):
+                    loss = loss + proximal_term(proxy, anchor, config.mu if config.aggregation == "fedprox"
+                                                else config.pfedme_lam)
                 for optimizer in optimizers:
                     optimizer.zero_grad()
                 loss.backward()
                 for optimizer in optimizers:
                     optimizer.step()
+                if config.aggregation == "pfedme":
+                    moreau_step(anchor, proxy, config.pfedme_lr, config.pfedme_lam)
     private.eval(), proxy.eval()
     mean = lambda parts: float(np.mean(np.concatenate(parts))) if parts else float("nan")  # noqa: E731
     return {"set_size": mean(sizes_s), "private_set_size": mean(sizes_l), "eta": mean(etas), "g": float(g)}

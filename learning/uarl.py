@@ -21,11 +21,37 @@ TEMPERATURE_ITERATIONS = 10
 TEMPERATURE_START = 1.3
 
 
-def calibration_penalty(delta: float, lam: float) -> float:
-    """g(Delta, lambda) of eq. (7): lambda * Delta - Delta + lambda when the proxy's validation
-    accuracy fell (Delta < 0), else lambda. For lambda < 1 a drop raises the RAPS penalty, so sets
-    shrink when the proxy got worse."""
-    return lam * delta - delta + lam if delta < 0 else lam
+#: the calibration functions of section 4.2.4 / figure 3 for Delta < 0 (all give lambda for
+#: Delta >= 0): g1 the paper's eq. (7), g2 = lambda fixed (table 2's FedType_{g=0.5}), g3 and g4
+#: the two quadratic alternatives
+CALIBRATIONS = ("g1", "g2", "g3", "g4")
+
+
+def calibration_penalty(delta: float, lam: float, form: str = "g1") -> float:
+    """g(Delta, lambda) of eq. (7) (form g1): lambda * Delta - Delta + lambda when the proxy's
+    validation accuracy fell (Delta < 0), else lambda. For lambda < 1 a drop raises the RAPS
+    penalty, so sets shrink when the proxy got worse. Section 4.2.4's alternatives for Delta < 0:
+    g2 = lambda, g3 = lambda * Delta^2 + lambda, g4 = -lambda * Delta^2 - Delta + lambda."""
+    if form not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {form!r}")
+    if delta >= 0 or form == "g2":
+        return lam
+    if form == "g1":
+        return lam * delta - delta + lam
+    if form == "g3":
+        return lam * delta ** 2 + lam
+    return -lam * delta ** 2 - delta + lam
+
+
+def top_k_sets(logits: np.ndarray, k: int) -> np.ndarray:
+    """Table 2's FedType_{TopK}: the k labels of largest logit per point (ties to the lower label),
+    in place of the conformal sets of eq. (6)."""
+    logits = np.asarray(logits, dtype=float)
+    k = min(int(k), logits.shape[1])
+    order = np.argsort(-logits, axis=1, kind="stable")[:, :k]
+    sets = np.zeros(logits.shape, dtype=bool)
+    np.put_along_axis(sets, order, True, axis=1)
+    return sets
 
 
 def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
@@ -100,6 +126,13 @@ def consensus_weight(proxy_sets: np.ndarray, private_sets: np.ndarray) -> np.nda
     size_s = S.sum(axis=1)
     denominator = np.where(size_s >= L.sum(axis=1), (S | L).sum(axis=1), size_s).astype(float)
     return np.divide(both, denominator, out=np.zeros_like(both), where=denominator > 0)
+
+
+def symmetric_kd_loss(private_logits, proxy_logits):
+    """Table 2's FedType_{sym}: the backward loss of eq. (3) replaced by traditional distillation,
+    KL(p(x) || w(x)) per point, averaged, the proxy the (fixed) teacher and the private model the
+    student: the mirror of eq. (1), hence "symmetrical reciprocity learning"."""
+    return forward_kd_loss(proxy_logits, private_logits)
 
 
 def forward_kd_loss(private_logits, proxy_logits):

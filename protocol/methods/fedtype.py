@@ -15,7 +15,8 @@ from __future__ import annotations
 
 
 from learning.nets import accuracy, build_net, get_weights, parameter_count
-from learning.uarl import BACKWARD_LOSSES
+from learning.aggregators import AGGREGATIONS
+from learning.uarl import BACKWARD_LOSSES, CALIBRATIONS
 from protocol.methods.base import RequestError
 from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod,
                                               LearningSite, PrivateModels, architecture_from)
@@ -27,6 +28,17 @@ UARL_PARAMS = {
     "theta": {"type": "float", "gt": 0, "lt": 1, "default": 0.1},  # miscoverage of eq. (4)
     # eq. (3) as printed, or the mass on S (learning.uarl.BACKWARD_LOSSES)
     "backward_loss": {"type": "str", "choices": list(BACKWARD_LOSSES), "default": "eq3"},
+    # the ablations of table 2 and figure 3 (learning.train.TrainingConfig), the paper's method by default
+    "backward_kd": {"type": "str", "choices": ["uncertainty", "symmetric"], "default": "uncertainty"},
+    "label_sets": {"type": "str", "choices": ["conformal", "topk"], "default": "conformal"},
+    "top_k": {"type": "int", "min": 1, "default": 3},
+    "consensus": {"type": "str", "choices": ["eta", "one"], "default": "eta"},
+    "calibration": {"type": "str", "choices": list(CALIBRATIONS), "default": "g1"},
+    # the aggregation the proxies are trained and averaged with (tables 1, 4, 5; learning.aggregators)
+    "aggregation": {"type": "str", "choices": list(AGGREGATIONS), "default": "fedavg"},
+    "mu": {"type": "float", "ge": 0, "default": 0.01},  # FedProx's mu
+    "pfedme_lam": {"type": "float", "gt": 0, "default": 15.0},  # pFedMe's lambda
+    "pfedme_lr": {"type": "float", "gt": 0, "default": 0.01},  # pFedMe's eta (the local model's step)
 }
 
 
@@ -146,20 +158,35 @@ class FedTypeSite(LearningSite):
         self.private_optimizer = self.optimizer(self.private)
         self.state = UARLState()
         self.penalty = self.config.lam
+        self.personalised = False  # pFedMe: theta_i starts from the first global proxy it is sent
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.proxy)}
 
     def train_round(self, weights):
+        from learning.aggregators import anchor_of, set_parameters
         from learning.train import uarl_round
 
+        aggregation = self.config.aggregation
+        # pFedMe: the personalised proxy theta_i persists at the site (from the first global model on)
+        personal = anchor_of(self.proxy) if aggregation == "pfedme" and self.personalised else None
         self.load_global(self.proxy, weights)  # p_i^t = p_g^{t-1} (section 3.3)
         received = accuracy(self.proxy, self.data.X_test, self.data.y_test)
+        anchor = anchor_of(self.proxy) if aggregation != "fedavg" else None  # FedProx's w^t, pFedMe's w_i
+        if personal is not None:
+            set_parameters(self.proxy, personal)
+        self.personalised = True
         stats = uarl_round(self.private, self.proxy, (self.private_optimizer, self.optimizer(self.proxy)),
-                           self.data, self.config, self.state, self.rng)
+                           self.data, self.config, self.state, self.rng, anchor)
         self.penalty = stats["g"]
-        return get_weights(self.proxy, self.precision), {
-            "global_accuracy": received, **stats,
-            "private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
-            "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
+        metrics = {"global_accuracy": received, **stats,
+                   "private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
+                   "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
+        if aggregation != "pfedme":
+            return get_weights(self.proxy, self.precision), metrics
+        theta = anchor_of(self.proxy)  # pFedMe sends its local model w_i and keeps theta_i
+        set_parameters(self.proxy, anchor)
+        sent = get_weights(self.proxy, self.precision)
+        set_parameters(self.proxy, theta)
+        return sent, metrics
 
     def evaluate(self, weights):
         from learning.train import set_coverage
