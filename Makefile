@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper004 paper003-fig3 clean
+.PHONY: demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper002-baselines paper004 paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -63,9 +63,15 @@ paper001-fig2: $(VENV)/.installed
 paper001-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper001_fig3.py --jobs 2 $(ARGS)
 
-# paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
-# (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
+# paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
+# bench/results/paper002.json rendered into docs/papers/002.md; ARGS=--quick: 10 rounds, 1 trial.
+# paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
+# 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
 paper002: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/paper002.py --jobs 2 $(ARGS)
+	$(PY) bench/paper_pages.py write 002
+
+paper002-baselines: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5 --jobs 2
 
 # paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
