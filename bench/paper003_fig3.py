@@ -99,11 +99,16 @@ def train_models(X, y, seed: int, args) -> dict:
     return models
 
 
-def calibrate(method, scores: np.ndarray) -> float:
-    """The method's own combine() on one pool of calibration scores: its threshold."""
+def calibrate(method, scores: np.ndarray) -> tuple[float, float | None]:
+    """The method's own combine() on one pool of calibration scores: its threshold, and for
+    private_cp paper 003's theorem 3 bound (results.conformal's coverage_upper_bound column, p_max
+    from these scores on the method's bins)."""
+    from types import SimpleNamespace
+
     planned = Planned({"pool": {}})
     outcome = method.combine({"pool": len(scores)}, planned, {"pool": scores}, set(), np.random.default_rng())
-    return outcome.threshold
+    upper, _ = outcome.coverage_upper_bound(SimpleNamespace(world=SimpleNamespace(site_scores={"pool": scores})))
+    return outcome.threshold, upper
 
 
 def main() -> int:
@@ -156,9 +161,12 @@ def main() -> int:
                 n = len(held) // 2
                 cal, test = perm[:n], perm[n:]
                 for cal_name, method in calibrations.items():
-                    threshold = calibrate(method, scores[cal])
+                    threshold, upper = calibrate(method, scores[cal])
                     coverage, size = model.evaluate(probabilities[test], y_all[held][test], threshold)
-                    cell = cells.setdefault((name, cal_name), {"coverage": [], "size": [], "threshold": []})
+                    cell = cells.setdefault((name, cal_name), {"coverage": [], "size": [], "threshold": [],
+                                                               "upper": []})
+                    if upper is not None:
+                        cell["upper"].append(upper)
                     cell["coverage"].append(coverage)
                     cell["size"].append(size)
                     cell["threshold"].append(threshold)
@@ -175,7 +183,10 @@ def main() -> int:
                       "size_sd": float(size.std(ddof=1)), "size_p90": float(np.quantile(size, 0.9)),
                       "share_size_over_5": float(np.mean(size > 5)),  # splits whose sets hold most labels
                       "threshold_mean": float(np.mean(cell["threshold"])),
-                      "threshold_median": float(np.median(cell["threshold"]))})
+                      "threshold_median": float(np.median(cell["threshold"])),
+                      # paper 003 theorem 3 with p_max of each split's calibration scores (private cells)
+                      "coverage_upper_bound_mean": float(np.mean(cell["upper"])) if cell["upper"] else None,
+                      "coverage_upper_bound_min": float(np.min(cell["upper"])) if cell["upper"] else None})
     accuracy = {name: float(np.mean([m["accuracy"] for m in models_seen if m["model"] == name]))
                 for name in ("non-private", "DP-SGD")}
     private_models = [m for m in models_seen if m["model"] == "DP-SGD"]
