@@ -7,6 +7,7 @@ call these functions from their coordinator and site halves.
   orderstats       exact coverage of the quantile of quantiles (paper 000, theorem 3.2, eq. 5)
   unbalanced       the same for unequal site sizes (paper 000, appendix A.1)
   poissonbinomial  the Poisson-binomial law that appendix A.1's coverage integrates
+  ehm              its distance to the binomial and Ehm's bounds (paper 000, theorem C.3)
   planner          choosing the orders (paper 000, eq. 6), robustness, re-planning after dropouts
   optimizer        per-site orders closest to 1 - alpha from above (beyond paper 000)
   dp               exponential-mechanism quantiles over bins (paper 000 algorithm 2, paper 003)
