@@ -145,7 +145,9 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
             state.last_proxy_accuracy = proxy_accuracy
             g = calibration_penalty(delta, config.lam, config.calibration)
             X_part = data.X_train[torch.as_tensor(part, dtype=torch.long, device=device)]
-            if config.label_sets == "topk":
+            if config.backward_kd == "symmetric":  # FedType_sym uses no sets: none are fitted (table 9's timing)
+                S = L = eta = None
+            elif config.label_sets == "topk":
                 S = top_k_sets(logits(proxy, X_part).cpu().numpy(), config.top_k)
                 L = top_k_sets(logits(private, X_part).cpu().numpy(), config.top_k)
             else:
@@ -154,8 +156,9 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                                    rng)
                 S = cp.sets(logits(proxy, X_part).cpu().numpy(), rng.uniform(size=len(part)))
                 L = cw.sets(logits(private, X_part).cpu().numpy(), rng.uniform(size=len(part)))
-            eta = consensus_weight(S, L) if config.consensus == "eta" else np.ones(len(part))
-            sizes_s.append(S.sum(axis=1)), sizes_l.append(L.sum(axis=1)), etas.append(eta)
+            if S is not None:
+                eta = consensus_weight(S, L) if config.consensus == "eta" else np.ones(len(part))
+                sizes_s.append(S.sum(axis=1)), sizes_l.append(L.sum(axis=1)), etas.append(eta)
             private.train(), proxy.train()
             for batch in batches(rng.permutation(len(part)), config.batch_size):
                 index = torch.as_tensor(part[batch], dtype=torch.long, device=device)

@@ -92,3 +92,36 @@ def test_fedprox_holds_the_proxy_near_the_global_and_pfedme_moves_its_anchor():
     assert moved > 0
     _, _, still = one_round(aggregation="fedprox", mu=1.0)
     assert still == 0  # FedProx's anchor is the global model it was sent: never moved
+
+
+def synthetic_report(global_=0.5, proxy=0.6, private=0.7):
+    """Every experiment of bench/paper002.py with the labels of its scenario and the same three
+    accuracies for every method (a 3-round curve with eta rising)."""
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("paper002", root / "bench" / "paper002.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = {}
+    for name, (path, _) in bench.EXPERIMENTS.items():
+        methods = yaml.safe_load((root / path).read_text())["methods"]
+        curve = {str(r): [global_, proxy, private, 0.3 + 0.1 * r, 3.0, 2.0] for r in (1, 2, 3)}
+        report[name] = {"seconds": 1.0, "methods": {m.get("label") or m["name"]: {
+            "global": global_, "proxy": proxy, "private": private, "seconds": 1.0, "curve": curve} for m in methods}}
+    timing = {"fedtype": 1.1, "symmetric": 1.0, "proxy_ce": 0.5, "train_points": 450}
+    return bench, report, timing
+
+
+def test_paper002_verdicts_follow_the_numbers():
+    bench, report, timing = synthetic_report()
+    summary = {row[0]: row for row in bench.build_tables(report, timing, True, 10, 1, {"timing": 1.0})[0]["rows"]}
+    ordering = "Table 1: private > proxy > global, every aggregation and alpha"
+    assert summary[ordering][3] == "reproduced" and summary[ordering][2].startswith("holds in 9 of 9")
+    assert summary["Figure 6: eta rises over the rounds"][3] == "reproduced"
+    report["aggregators-a0.1"]["methods"]["fedtype_pfedme"]["proxy"] = 0.8  # the proxy above the private model
+    summary = {row[0]: row for row in bench.build_tables(report, timing, True, 10, 1, {"timing": 1.0})[0]["rows"]}
+    assert summary[ordering][3] == "differs" and summary[ordering][2].startswith("holds in 8 of 9")
