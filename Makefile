@@ -94,8 +94,8 @@ paper003-fig3: $(VENV)/.installed
 
 # paper 003, everything offline (issue 51): figure 2 and theorems 2-3 / corollary 1 (theory, with
 # Monte Carlo), figure 3 (bench/paper003_fig3.py, as paper003-fig3), figures 4-6's digits stand-in;
-# writes bench/results/paper003.json and docs/papers/003.md (about 12 min here); ARGS=--quick: 20
-# data sets and splits, figure 3 with 1 model seed (about 3 min, bench/results/paper003_fig3_quick.json)
+# writes bench/results/paper003.json and docs/papers/003.md (about 5 min here); ARGS=--quick: 20
+# data sets and splits, figure 3 with 1 model seed (about 2 min, bench/results/paper003_fig3_quick.json)
 .PHONY: paper003 paper001
 paper003: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003.py $(ARGS)
