@@ -31,7 +31,7 @@ from sites.host import descriptors_needed, raise_open_files
 from sites.local import SiteLocal
 from sites.memory import MemorySite
 from shuffler.memory import MemoryShuffler
-from sites.storage import write_trial
+from sites.storage import GroupCommit, write_trial
 from sites.trials import TrialCache
 from transport.channel import COORDINATOR_ID, RouterChannel, send_as_strangers
 from transport.emulation import LinkEmulator
@@ -306,12 +306,14 @@ class InProcessFederation(Federation):
         self.clock = RealClock() if run.runtime.clock == "real" else VirtualClock()
         emulated = run.network.emulated
         # under links (or in real time) an answer leaves when its site has computed it
-        self.transport = MemoryTransport(self.clock, service_time=emulated or not self.clock.virtual, curve=curve)
+        self.commit = commit = GroupCommit()  # the sites' accounts made durable together, before any answer is seen
+        self.transport = MemoryTransport(self.clock, service_time=emulated or not self.clock.virtual, curve=curve,
+                                         durable=commit.flush)
         rules = list(run.fault_rules)
         self.sites = {}
         for site in run.site_ids:
             local = SiteLocal(site, rundir.work, budget=run.budget, trials=trials, policy=run.policy,
-                              identity=identities[site])
+                              identity=identities[site], commit=commit)
             peer = MemorySite(local, FaultInjector(rules, site, run.seed) if rules else None, shuffler=run.shuffled)
             self.sites[site] = local
             self.transport.attach(peer, peer.hello(self.clock.now()))
@@ -349,6 +351,7 @@ class InProcessFederation(Federation):
 
     def close(self) -> None:
         self.coordinator.shutdown()
+        self.commit.flush()
         self.transport.close()
 
 

@@ -87,10 +87,13 @@ def unpack(peer: str, data: bytes, curve: bool = False, max_bytes: int = MAX_MES
 class MemoryTransport(Transport):
     endpoint = "memory://"
 
-    def __init__(self, clock: Clock, service_time: bool = False, curve: bool = False) -> None:
+    def __init__(self, clock: Clock, service_time: bool = False, curve: bool = False, durable=None) -> None:
         """curve: size every message as CurveZMQ would carry it (the run's `runtime.security`), so
-        the ledger counts what the processes backend's would; nothing is encrypted in memory."""
-        self.clock, self.service_time, self.curve = clock, service_time, curve
+        the ledger counts what the processes backend's would; nothing is encrypted in memory.
+        durable(): called before any message reaches the coordinator (the peers' group commit,
+        sites.storage.GroupCommit.flush: no answer is seen before the release it accounts for is
+        on disk, and the answers of one instant share one sync, as a site host's do)."""
+        self.clock, self.service_time, self.curve, self.durable = clock, service_time, curve, durable
         self.peers: dict[str, MemoryPeer] = {}
         self._waking: list[MemoryPeer] = []  # the peers that act on their own
         self.lost: list[Lost] = []
@@ -136,6 +139,8 @@ class MemoryTransport(Transport):
             _, _, to, sender, data = heapq.heappop(self._queue)
             self.clock.sleep_until(due)
             if to == COORDINATOR_ID:
+                if self.durable is not None:
+                    self.durable()
                 return unpack(sender, data, self.curve)
             target = self.peers.get(to)
             if target is None or not target.alive:
