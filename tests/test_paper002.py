@@ -125,3 +125,23 @@ def test_paper002_verdicts_follow_the_numbers():
     report["aggregators-a0.1"]["methods"]["fedtype_pfedme"]["proxy"] = 0.8  # the proxy above the private model
     summary = {row[0]: row for row in bench.build_tables(report, timing, True, 10, 1, {"timing": 1.0})[0]["rows"]}
     assert summary[ordering][3] == "differs" and summary[ordering][2].startswith("holds in 8 of 9")
+
+
+def test_a_pfedme_site_sends_its_local_model_and_keeps_the_personalised_proxy():
+    """pFedMe (T Dinh et al. 2020, algorithm 1): what travels is w_i, which moved from the global
+    model towards the personalised theta_i by eta lambda per step; theta_i stays at the site."""
+    from learning.nets import get_weights
+    from protocol.codecs.tensors import pack_tensors
+    from protocol.phases import Phase
+    from tests.learning_sessions import blob_sites, learning_method
+
+    torch.set_num_threads(1)
+    method = learning_method("fedtype", aggregation="pfedme", backward_loss="set_mass")
+    half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
+    half.answer(Phase("setup"), method.setup_request(0))
+    start = method.initial_global(6, np.random.default_rng(1))
+    sent = half.answer(Phase("round", 0), {"weights": pack_tensors({k: v.astype("float16") for k, v in start.items()})})
+    theta = get_weights(half.proxy)
+    gap = lambda a, b: sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)  # noqa: E731
+    assert gap(sent["tensors"], theta) > 0  # theta_i is not what travels
+    assert 0 < gap(sent["tensors"], start) < gap(theta, start)  # w_i moved, less far than theta_i
