@@ -64,7 +64,8 @@ paper001-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper001_fig3.py --jobs 2 $(ARGS)
 
 # paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
-# bench/results/paper002.json rendered into docs/papers/002.md; ARGS=--quick: 10 rounds, 1 trial.
+# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (over an hour here);
+# ARGS=--quick: 10 rounds, 1 trial (about 8-11 min here).
 # paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
 # 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
 paper002: $(VENV)/.installed
