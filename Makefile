@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper002-baselines paper004 paper003-fig3 clean
+.PHONY: demo test test-all bench bench-network-time paper001-fig2 paper001-fig3 paper002 paper004 paper004-mwu paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -43,13 +43,6 @@ bench: $(VENV)/.installed
 bench-network-time: $(VENV)/.installed
 	$(PY) bench/network_time.py $(ARGS)
 
-# CPU or GPU (issue 51 point 3, docs/scale.md "CPU or GPU"): the model size at which CUDA overtakes
-# the CPU (one thread, as a site process) for a site's scoring and training, MLP widths and CNN
-# channels; CPU only where torch sees no GPU (the crossover then unmeasured): bench/results/device_crossover.json.
-# ARGS=--quick for MLPs only (under a minute, bench/results/device_crossover-quick.json)
-bench-device-crossover: $(VENV)/.installed
-	$(PY) bench/device_crossover.py $(ARGS)
-
 # paper 001 figure 2, all eight panels (4 estimators, epsilon 1..20, 100 runs) and the gap analysis
 # (about 10 min here): runs/paper001-fig2/fig2.{json,png}, bench/results/paper001_fig2.json; ARGS=--quick
 # for 10 runs (about a minute, bench/results left alone)
@@ -63,20 +56,22 @@ paper001-fig2: $(VENV)/.installed
 paper001-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper001_fig3.py --jobs 2 $(ARGS)
 
-# paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
-# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (over an hour here);
-# ARGS=--quick: 10 rounds, 1 trial (about 8-11 min here).
-# paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
-# 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
+# paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
+# (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
 paper002: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(PY) bench/paper002.py --jobs 2 $(ARGS)
-	$(PY) bench/paper_pages.py write 002
-
-paper002-baselines: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5 --jobs 2
 
-# paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
+# paper 004, every figure and table that can be had offline (figures 1-3 and S1, tables 1 and 3-7,
+# section 5.3; issue 51): bench/paper004.py on the pure halves, 2,000 data sets a setting as in the
+# paper (over an hour here); ARGS=--quick for 200 (about 8 min). Writes bench/results/paper004.json
+# and docs/papers/004.md (figure 2 in docs/papers/004_fig2.png)
 paper004: $(VENV)/.installed
+	$(PY) bench/paper004.py $(ARGS)
+
+# paper 004 section 4.6 through the protocol (mwu_sites, mwu_table; sites and coordinator in-process),
+# 100 trials a point over values of section 4.6's (delta, sigma_alpha, sigma_beta), and the quantile
+# scenarios at r = 4 and 10 (about 20 min here): runs/paper004/mwu-*, runs/paper004/quantiles-*
+paper004-mwu: $(VENV)/.installed
 	for c in 3 5 10; do \
 	  $(PY) run.py sweep scenarios/paper004/mwu-$$c-centres.yaml --backend inprocess --out runs/paper004/mwu-$$c \
 	    --grid data.options.delta=0,0.05,0.1 --grid sites.heterogeneity.sigma=0.1,0.2 \
@@ -92,21 +87,6 @@ paper004: $(VENV)/.installed
 # bench/results/paper003_fig3.json
 paper003-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003_fig3.py
-
-# paper 003, everything offline (issue 51): figure 2 and theorems 2-3 / corollary 1 (theory, with
-# Monte Carlo), figure 3 (bench/paper003_fig3.py, as paper003-fig3), figures 4-6's digits stand-in;
-# writes bench/results/paper003.json and docs/papers/003.md (about 5 min here); ARGS=--quick: 20
-# data sets and splits, figure 3 with 1 model seed (about 2 min, bench/results/paper003_fig3_quick.json)
-.PHONY: paper003 paper001
-paper003: $(VENV)/.installed
-	OMP_NUM_THREADS=1 $(PY) bench/paper003.py $(ARGS)
-
-# paper 001, figures 2 and 3 (issue 51): runs `make paper001-fig2` and `make paper001-fig3` (about 10
-# and 18 min here) and writes bench/results/paper001.json and docs/papers/001.md, the claims against
-# the detailed pages; ARGS=--quick runs their --quick versions (about 1 and 4 min) and keeps the
-# summary on the committed full runs
-paper001: $(VENV)/.installed
-	$(PY) bench/paper001.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
