@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-all bench bench-network-time paper001-fig2 paper001-fig3 paper002 paper004 paper004-mwu paper003-fig3 clean
+.PHONY: demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper002-baselines paper004 paper004-mwu paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -43,6 +43,13 @@ bench: $(VENV)/.installed
 bench-network-time: $(VENV)/.installed
 	$(PY) bench/network_time.py $(ARGS)
 
+# CPU or GPU (issue 51 point 3, docs/scale.md "CPU or GPU"): the model size at which CUDA overtakes
+# the CPU (one thread, as a site process) for a site's scoring and training, MLP widths and CNN
+# channels; CPU only where torch sees no GPU (the crossover then unmeasured): bench/results/device_crossover.json.
+# ARGS=--quick for MLPs only (under a minute, bench/results/device_crossover-quick.json)
+bench-device-crossover: $(VENV)/.installed
+	$(PY) bench/device_crossover.py $(ARGS)
+
 # paper 001 figure 2, all eight panels (4 estimators, epsilon 1..20, 100 runs) and the gap analysis
 # (about 10 min here): runs/paper001-fig2/fig2.{json,png}, bench/results/paper001_fig2.json; ARGS=--quick
 # for 10 runs (about a minute, bench/results left alone)
@@ -56,9 +63,16 @@ paper001-fig2: $(VENV)/.installed
 paper001-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper001_fig3.py --jobs 2 $(ARGS)
 
-# paper 002 (FedType) against local-only and FedAvg: five Dirichlet regimes, 5 trials each
-# (in-process, one torch thread; about 21 min here), bench/results/fedtype_baselines.json
+# paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
+# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (over an hour here);
+# ARGS=--quick: 10 rounds, 1 trial (about 8-11 min here).
+# paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
+# 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
 paper002: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/paper002.py --jobs 2 $(ARGS)
+	$(PY) bench/paper_pages.py write 002
+
+paper002-baselines: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5 --jobs 2
 
 # paper 004, every figure and table that can be had offline (figures 1-3 and S1, tables 1 and 3-7,
@@ -87,6 +101,21 @@ paper004-mwu: $(VENV)/.installed
 # bench/results/paper003_fig3.json
 paper003-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003_fig3.py
+
+# paper 003, everything offline (issue 51): figure 2 and theorems 2-3 / corollary 1 (theory, with
+# Monte Carlo), figure 3 (bench/paper003_fig3.py, as paper003-fig3), figures 4-6's digits stand-in;
+# writes bench/results/paper003.json and docs/papers/003.md (about 5 min here); ARGS=--quick: 20
+# data sets and splits, figure 3 with 1 model seed (about 2 min, bench/results/paper003_fig3_quick.json)
+.PHONY: paper003 paper001
+paper003: $(VENV)/.installed
+	OMP_NUM_THREADS=1 $(PY) bench/paper003.py $(ARGS)
+
+# paper 001, figures 2 and 3 (issue 51): runs `make paper001-fig2` and `make paper001-fig3` (about 10
+# and 18 min here) and writes bench/results/paper001.json and docs/papers/001.md, the claims against
+# the detailed pages; ARGS=--quick runs their --quick versions (about 1 and 4 min) and keeps the
+# summary on the committed full runs
+paper001: $(VENV)/.installed
+	$(PY) bench/paper001.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
