@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: paper000 demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper002-baselines paper004 paper003-fig3 clean
+.PHONY: paper000 demo test test-all bench bench-network-time bench-device-crossover paper001-fig2 paper001-fig3 paper002 paper002-baselines paper004 paper004-mwu paper003-fig3 clean
 
 # Quorum itself is installed editable (so `import quorum` works from any directory, e.g. a
 # notebook), and so is the example plugin (examples/quorum-bisection), so that its entry points
@@ -73,7 +73,8 @@ paper000: $(VENV)/.installed
 	$(PY) bench/paper_pages.py write 000
 
 # paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
-# bench/results/paper002.json rendered into docs/papers/002.md; ARGS=--quick: 10 rounds, 1 trial.
+# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (over an hour here);
+# ARGS=--quick: 10 rounds, 1 trial (about 8-11 min here).
 # paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
 # 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
 paper002: $(VENV)/.installed
@@ -83,8 +84,17 @@ paper002: $(VENV)/.installed
 paper002-baselines: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/fedtype_baselines.py --trials 5 --jobs 2
 
-# paper 004 section 4.6 (figure 1, table S1) and section 5.4 (tables 4-7), 100 trials per point
+# paper 004, every figure and table that can be had offline (figures 1-3 and S1, tables 1 and 3-7,
+# section 5.3; issue 51): bench/paper004.py on the pure halves, 2,000 data sets a setting as in the
+# paper (over an hour here); ARGS=--quick for 200 (about 8 min). Writes bench/results/paper004.json
+# and docs/papers/004.md (figure 2 in docs/papers/004_fig2.png)
 paper004: $(VENV)/.installed
+	$(PY) bench/paper004.py $(ARGS)
+
+# paper 004 section 4.6 through the protocol (mwu_sites, mwu_table; sites and coordinator in-process),
+# 100 trials a point over values of section 4.6's (delta, sigma_alpha, sigma_beta), and the quantile
+# scenarios at r = 4 and 10 (about 20 min here): runs/paper004/mwu-*, runs/paper004/quantiles-*
+paper004-mwu: $(VENV)/.installed
 	for c in 3 5 10; do \
 	  $(PY) run.py sweep scenarios/paper004/mwu-$$c-centres.yaml --backend inprocess --out runs/paper004/mwu-$$c \
 	    --grid data.options.delta=0,0.05,0.1 --grid sites.heterogeneity.sigma=0.1,0.2 \
