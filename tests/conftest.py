@@ -23,3 +23,19 @@ def fork_server_preloaded():
     from runner.processes import PRELOAD
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for training in the test's own process, as a site process trains
+    (models.torch_nets, sites.local.one_torch_thread): beside `make test`'s other workers on two
+    cores, torch's default of a thread per core made each worker's threads wait on the others'
+    (tests/test_models.py's three torch tests took 100-130 s each in a busy suite, 5-20 s alone),
+    and the reductions' order is the same every run. A module uses it with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -34,12 +34,7 @@ def digits(trials: int = 1, dp_sgd: dict | None = DP, **model_params) -> dict:
                         {"name": "private_cp", "epsilon": 1.0, "bins": {"count": 0, "lo": 0.0, "hi": 1.0}}]}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def blobs(n: int = 400, seed: int = 0):

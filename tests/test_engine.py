@@ -105,17 +105,6 @@ def same(a, b, path="", loose=False) -> str | None:
     return None if a == b else f"{path}: {str(a)[:200]} and {str(b)[:200]}"
 
 
-@pytest.fixture
-def one_torch_thread():
-    """One torch thread for the training in this process (as a site process trains): beside
-    `make test`'s other workers on two cores, a thread per core made the workers wait on each
-    other (tests/test_models.py says more)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("path, overrides", SCENARIOS, ids=[p for p, _ in SCENARIOS])

@@ -27,15 +27,7 @@ from tests.learning_sessions import (SCENARIO, SMALL, assert_no_private_weight_o
                                      learning_method, run_learning)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One torch thread for the training in this process (as a site process trains): beside
-    `make test`'s other workers on two cores, a thread per core made the workers wait on each
-    other (tests/test_models.py says more)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 

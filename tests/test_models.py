@@ -17,18 +17,7 @@ from tests.oracles import binomial_tolerance
 CLASSIFICATION_SCORES = {"lac": {}, "aps": {"penalty": 0.0, "k_reg": 0}, "raps": {"penalty": 0.05, "k_reg": 2}}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Training here runs in the test's process, beside `make test`'s other two workers on two
-    cores: torch's default of a thread per core made each worker's threads wait on the others'
-    (the three torch tests took 100-130 s each in a busy suite, 5-20 s alone). One thread, as a
-    site process trains (models.torch_nets), and the reductions' order is the same every run."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def random_probabilities(rng, n, classes):
