@@ -26,7 +26,8 @@ def cli() -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario field, e.g. --set sites.count=10 (repeatable).")
 @click.option("--backend", type=click.Choice(["processes", "inprocess"]), default="processes",
-              show_default=True, help="processes: one OS process per site over ZeroMQ; inprocess: no sockets.")
+              show_default=True, help="processes: site processes over ZeroMQ, in real time; inprocess: the same pump over an "
+                   "in-memory transport, on a virtual clock (network time).")
 @click.option("--keep-work", is_flag=True, help="Keep each trial's site shards and model under DIR/work.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out after its coordinator was killed.")
 def run(scenario, out, trials, overrides, backend, keep_work, resume):

@@ -130,9 +130,10 @@ def test_sealed_messages_open_only_with_their_session_key_and_all_have_one_lengt
 
 
 def test_the_shuffler_holds_no_key():
-    """Neither the shuffler process nor its batch logic imports anything that could open a
-    sealed message (the session keys live in the coordinator's codec object only)."""
-    for path in ("shuffler/driver.py", "protocol/shuffle.py"):
+    """Neither the shuffler (its process, its protocol, its in-memory peer) nor its batch logic
+    imports anything that could open a sealed message (the session keys live in the
+    coordinator's codec object only)."""
+    for path in ("shuffler/driver.py", "shuffler/core.py", "shuffler/memory.py", "protocol/shuffle.py"):
         tree = ast.parse((ROOT / path).read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
