@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from data.split import check_capacity, partition
+from data.split import check_capacity, group_partition, partition
 
 KINDS = ("none", "sort", "response", "cluster", "location", "scale", "dirichlet")
 HETEROGENEITY_FIELDS = {
@@ -38,10 +38,16 @@ HETEROGENEITY_FIELDS = {
 }
 
 
-def assign_sites(spec: dict, X: np.ndarray, y: np.ndarray, sizes: list[int], rng: np.random.Generator):
-    """Index arrays (into X, y) of each site's calibration points."""
+def assign_sites(spec: dict, X: np.ndarray, y: np.ndarray, sizes: list[int], rng: np.random.Generator,
+                 exact_groups: bool = False):
+    """Index arrays (into X, y) of each site's calibration points; with exact_groups (two-sample
+    data, random partitions only), half of each site's points from each group (treatment_group)."""
     kind = spec["kind"]
     indices = np.arange(len(y))
+    if exact_groups:
+        if kind not in ("none", "location", "scale"):
+            raise ValueError(f"exact group sizes need a random partition (heterogeneity none, location or scale), not {kind}")
+        return group_partition(indices, treatment_group(X), sizes, rng)
     if kind in ("none", "location", "scale"):
         return partition(indices, sizes, rng)
     if kind == "dirichlet":

@@ -36,6 +36,9 @@ class Dataset:
     #: each row's identity where the source knows it better than the row's values do (a CSV's
     #: whole row, whatever features a study picks); None: protocol.accounting.record_ids of (X, y)
     record_ids: np.ndarray | None = None
+    #: two-sample data whose sites must hold exactly half their n_j of each group
+    #: (paper004_shift's exact_groups; data.split.group_partition)
+    exact_groups: bool = False
 
 
 class DataSource(ABC):
@@ -89,12 +92,16 @@ class Synthetic(DataSource):
         options = params.get("options") or {}
         if not isinstance(options, dict):
             return ("data.options", "a mapping of generator arguments", options)
-        allowed = [name for name in inspect.signature(GENERATORS[params["generator"]]).parameters][2:]
+        arguments = dict(list(inspect.signature(GENERATORS[params["generator"]]).parameters.items())[2:])
+        allowed = list(arguments)
         for key, value in options.items():
             if key not in allowed:
                 return (f"data.options.{key}", f"an argument of {params['generator']} ({', '.join(allowed) or 'none'})",
                         value)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(arguments[key].default, bool):  # a switch, e.g. paper004_shift's exact_groups
+                if not isinstance(value, bool):
+                    return (f"data.options.{key}", "true or false", value)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 return (f"data.options.{key}", "a number", value)
         return None
 
@@ -108,10 +115,11 @@ class Synthetic(DataSource):
         options = params.get("options") or {}
         X, y = generate(params["n"], rng, **options)
         task = Synthetic.task(params)
+        exact_groups = bool(options.get("exact_groups", False))
         if params.get("n_test"):
             X_test, y_test = generate(params["n_test"], rng, **options)
-            return Dataset(X, y, task, X_test=X_test, y_test=y_test)
-        return Dataset(X, y, task)
+            return Dataset(X, y, task, X_test=X_test, y_test=y_test, exact_groups=exact_groups)
+        return Dataset(X, y, task, exact_groups=exact_groups)
 
 
 class Real(DataSource):

@@ -61,6 +61,23 @@ def partition(indices: np.ndarray, sizes: list[int], rng: np.random.Generator) -
     return [shuffled[bounds[j]:bounds[j + 1]] for j in range(len(sizes))]
 
 
+def group_partition(indices: np.ndarray, groups: np.ndarray, sizes: list[int],
+                    rng: np.random.Generator) -> list[np.ndarray]:
+    """Split calibration indices across sites so that site j holds exactly n_j // 2 controls
+    (groups False) and n_j - n_j // 2 treatments (groups True), each group's points drawn at
+    random: paper 004 table 1's n_l values per group at centre l (section 4.6)."""
+    check_capacity(sizes, len(indices))
+    groups = np.asarray(groups, dtype=bool)
+    pools = [rng.permutation(indices[~groups]), rng.permutation(indices[groups])]
+    wanted = [[size // 2 for size in sizes], [size - size // 2 for size in sizes]]
+    for name, pool, counts in zip(("control", "treatment"), pools, wanted):
+        if sum(counts) > len(pool):
+            raise ValueError(f"the sites need {sum(counts)} {name} points but the calibration split has {len(pool)}")
+    bounds = [np.cumsum([0, *counts]) for counts in wanted]
+    return [rng.permutation(np.concatenate([pools[g][bounds[g][j]:bounds[g][j + 1]] for g in (0, 1)]))
+            for j in range(len(sizes))]  # the groups mixed within a site, as partition leaves them
+
+
 def check_capacity(sizes: list[int], available: int) -> None:
     """The sites cannot hold more calibration points than the split has."""
     if sum(sizes) > available:

@@ -18,13 +18,20 @@ def romano2019(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray
     return x[:, None], y
 
 
-def paper004_shift(n: int, rng: np.random.Generator, delta: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def paper004_shift(n: int, rng: np.random.Generator, delta: float = 0.5,
+                   exact_groups: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Paper 004 section 4.6, one centre: control x = eps, treatment y = eps + delta, eps ~ N(0, 1).
 
     Returned as (group indicator, value); centre effects alpha_l and beta_l come from the
-    scenario's heterogeneity (per-site location shifts), as in the paper's model.
+    scenario's heterogeneity (per-site location shifts), as in the paper's model. Each value's
+    group is drawn with probability 1/2; with exact_groups, n // 2 controls and n - n // 2
+    treatments in random order, and the harness gives every site exactly half its n_j of each
+    (table 1's n_l per group: data.split.group_partition).
     """
-    group = rng.integers(0, 2, n).astype(float)
+    if exact_groups:
+        group = rng.permutation(np.arange(n) >= n // 2).astype(float)
+    else:
+        group = rng.integers(0, 2, n).astype(float)
     return group[:, None], rng.standard_normal(n) + delta * group
 
 

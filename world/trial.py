@@ -146,7 +146,7 @@ def build_trial(spec: WorldSpec, trial: int) -> TrialWorld:
     ids = spec.site_ids
     sizes = site_sizes(spec.sizes, len(ids), len(cal))
     hetero = spec.heterogeneity
-    parts = assign_sites(hetero, X_cal, y_cal, sizes, trial_rng(seed, trial, "partition"))
+    parts = assign_sites(hetero, X_cal, y_cal, sizes, trial_rng(seed, trial, "partition"), dataset.exact_groups)
     shifts = site_shifts(hetero, len(ids), trial_rng(seed, trial, "heterogeneity"))
     betas = treatment_shifts(hetero, len(ids), trial_rng(seed, trial, "treatment"))
     shards = {site: (X_cal[part], shift_response(hetero["kind"], y_cal[part], alpha)
