@@ -81,6 +81,10 @@ class TrainingConfig:
     mu: float = 0.01
     pfedme_lam: float = 15.0
     pfedme_lr: float = 0.01
+    #: pfedbayes (learning.aggregators.BayesianProxy): zeta, the KL weight, and the localized
+    #: global distribution's learning rate
+    zeta: float = 10.0
+    pfedbayes_lr: float = 0.001
 
 
 #: the options a method may add to the local updates (a site's request names them in its extra
@@ -117,7 +121,7 @@ class UARLState:
 
 
 def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfig, state: UARLState,
-               rng: np.random.Generator, anchor=None) -> dict[str, float]:
+               rng: np.random.Generator, anchor=None, posterior=None) -> dict[str, float]:
     """Algorithm 1, `passes` times: the shuffled D_i in R parts; per part ("epoch") r, conformal
     models of both networks on D'_i (eq. 5) with g(Delta, lambda) (eq. 7), Delta the change of the
     proxy's validation accuracy since the last measurement; the sets S (proxy) and L (private) of
@@ -127,7 +131,10 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
 
     The config's switches give table 2's and figure 3's variants (TrainingConfig); `anchor` (a
     list of tensors, learning.aggregators.anchor_of) is the global proxy for FedProx's proximal
-    term, or pFedMe's local model w_i, moved after each step by its Moreau update."""
+    term, or pFedMe's local model w_i, moved after each step by its Moreau update; `posterior`
+    (learning.aggregators.BayesianProxy, pFedBayes) makes the proxy's logits those of one sampled
+    weight, adds its KL term, and moves the localized global distribution after each step (its
+    rho optimizer must be among `optimizers`)."""
     import torch
     import torch.nn.functional as F
 
@@ -163,7 +170,7 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
             for batch in batches(rng.permutation(len(part)), config.batch_size):
                 index = torch.as_tensor(part[batch], dtype=torch.long, device=device)
                 x, y = data.X_train[index], data.y_train[index]
-                zw, zp = private(x), proxy(x)
+                zw, zp = private(x), (proxy(x) if posterior is None else posterior.logits(x))
                 backward = (symmetric_kd_loss(zw, zp) if config.backward_kd == "symmetric"
                             else backward_kd_loss(zw, S[batch], eta[batch], config.backward_loss))
                 loss = F.cross_entropy(zw, y) + forward_kd_loss(zw, zp) + backward
@@ -172,6 +179,8 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                 if config.aggregation in ("fedprox", "pfedme"):
                     loss = loss + proximal_term(proxy, anchor, config.mu if config.aggregation == "fedprox"
                                                 else config.pfedme_lam)
+                if posterior is not None:
+                    loss = loss + posterior.personal_penalty()
                 for optimizer in optimizers:
                     optimizer.zero_grad()
                 loss.backward()
@@ -179,6 +188,8 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                     optimizer.step()
                 if config.aggregation == "pfedme":
                     moreau_step(anchor, proxy, config.pfedme_lr, config.pfedme_lam)
+                if posterior is not None:
+                    posterior.global_step()
     private.eval(), proxy.eval()
     mean = lambda parts: float(np.mean(np.concatenate(parts))) if parts else float("nan")  # noqa: E731
     return {"set_size": mean(sizes_s), "private_set_size": mean(sizes_l), "eta": mean(etas), "g": float(g)}

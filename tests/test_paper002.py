@@ -145,3 +145,94 @@ def test_a_pfedme_site_sends_its_local_model_and_keeps_the_personalised_proxy():
     gap = lambda a, b: sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)  # noqa: E731
     assert gap(sent["tensors"], theta) > 0  # theta_i is not what travels
     assert 0 < gap(sent["tensors"], start) < gap(theta, start)  # w_i moved, less far than theta_i
+
+
+def test_gaussian_kl_is_the_monte_carlo_kl():
+    """pFedBayes's KL(q || p) between diagonal Gaussians in closed form against the mean of
+    log q(w) - log p(w) over 4000 draws w ~ q, within 4 standard errors of that mean."""
+    from learning.aggregators import gaussian_kl
+
+    rng = np.random.default_rng(5)
+    mu_q, mu_p = rng.normal(size=6), rng.normal(size=6)
+    rho_q, rho_p = rng.normal(size=6) - 1, rng.normal(size=6)
+    exact = float(gaussian_kl(*(torch.tensor(a) for a in (mu_q, rho_q, mu_p, rho_p))))
+    s_q, s_p = np.log1p(np.exp(rho_q)), np.log1p(np.exp(rho_p))
+    w = mu_q + s_q * rng.normal(size=(4000, 6))
+    # the log densities up to their common constant, which cancels
+    log_density = lambda w, mu, s: (-0.5 * ((w - mu) / s) ** 2 - np.log(s)).sum(axis=1)  # noqa: E731
+    draws = log_density(w, mu_q, s_q) - log_density(w, mu_p, s_p)
+    assert exact > 0
+    assert abs(draws.mean() - exact) < 4 * draws.std() / np.sqrt(len(draws))
+    same = torch.tensor(rho_q)
+    mu = torch.tensor(mu_q)
+    assert float(gaussian_kl(mu, same, mu, same)) == pytest.approx(0, abs=1e-12)
+
+
+def test_rho_of_inverts_softplus():
+    from learning.aggregators import SIGMA0, rho_of
+
+    for sigma in (1e-3, SIGMA0, 0.5, 2.0):
+        assert float(torch.nn.functional.softplus(torch.tensor(rho_of(sigma), dtype=torch.float64))) == \
+            pytest.approx(sigma, rel=1e-9)
+
+
+def test_pfedbayes_steps_lower_their_own_objectives():
+    """A tiny logistic problem: steps on E_q[CE] + zeta/n KL(q || v) (the personalised step) lower
+    that objective, estimated with the same 400 weight draws before and after; the localized
+    global step lowers KL(q || v) with q held."""
+    from learning.aggregators import SIGMA0, BayesianProxy, anchor_of, rho_of
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(6)
+    x = torch.tensor(rng.normal(size=(64, 3)), dtype=torch.float32)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    net = torch.nn.Linear(3, 2)
+    rho = [torch.full_like(p, rho_of(SIGMA0)) for p in net.parameters()]
+    v_mu = [a + 0.3 for a in anchor_of(net)]
+    v_rho = [r + 0.5 for r in rho]
+    bayes = BayesianProxy(net, rho, v_mu, v_rho, zeta=10.0, n=64, lr=0.05, global_lr=0.05, seed=1)
+
+    def objective():
+        with torch.no_grad():
+            bayes.generator.manual_seed(99)
+            loss = np.mean([float(torch.nn.functional.cross_entropy(bayes.logits(x), y)) for _ in range(400)])
+            return loss + float(bayes.personal_penalty())
+
+    before = objective()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
+    for _ in range(30):
+        optimizer.zero_grad(), bayes.rho_optimizer.zero_grad()
+        (torch.nn.functional.cross_entropy(bayes.logits(x), y) + bayes.personal_penalty()).backward()
+        optimizer.step(), bayes.rho_optimizer.step()
+    assert objective() < before - 0.05
+    kl = float(bayes.kl().detach())
+    for _ in range(5):
+        bayes.global_step()
+    assert float(bayes.kl().detach()) < kl
+
+
+def test_a_pfedbayes_site_sends_its_localized_global_distribution():
+    """pFedBayes (Zhang et al. 2022, algorithm 1): what travels is v_i's (mu, rho), one rho per
+    weight beside the means, which moved from the global distribution towards q_i; q_i's means
+    (the proxy the site keeps) and rhos stay at the site."""
+    from learning.aggregators import RHO, split_posterior
+    from learning.nets import get_weights
+    from protocol.codecs.tensors import pack_tensors
+    from protocol.phases import Phase
+    from tests.learning_sessions import blob_sites, learning_method
+
+    torch.set_num_threads(1)
+    method = learning_method("fedtype", aggregation="pfedbayes", backward_loss="set_mass")
+    half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
+    half.answer(Phase("setup"), method.setup_request(0))
+    start = method.initial_global(6, np.random.default_rng(1))
+    sent = half.answer(Phase("round", 0), {"weights": pack_tensors({k: v.astype("float16") for k, v in start.items()})})
+    assert sorted(sent["tensors"]) == sorted(start)
+    names = [name for name, _ in half.proxy.named_parameters()]
+    assert sorted(k for k in sent["tensors"] if k.endswith(RHO)) == sorted(name + RHO for name in names)
+    mu, rho = split_posterior(sent["tensors"])
+    start_mu, start_rho = split_posterior(start)
+    personal_mu, personal_rho = get_weights(half.proxy), dict(zip(rho, (r.numpy() for r in half.rho)))
+    gap = lambda a, b: sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)  # noqa: E731
+    assert gap(mu, personal_mu) > 0 and gap(rho, personal_rho) > 0  # q_i is not what travels
+    assert 0 < gap(mu, start_mu) and 0 < gap(rho, start_rho)  # v_i moved from the global distribution

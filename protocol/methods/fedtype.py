@@ -39,6 +39,8 @@ UARL_PARAMS = {
     "mu": {"type": "float", "ge": 0, "default": 0.01},  # FedProx's mu
     "pfedme_lam": {"type": "float", "gt": 0, "default": 15.0},  # pFedMe's lambda
     "pfedme_lr": {"type": "float", "gt": 0, "default": 0.01},  # pFedMe's eta (the local model's step)
+    "zeta": {"type": "float", "ge": 0, "default": 10.0},  # pFedBayes's KL weight
+    "pfedbayes_lr": {"type": "float", "gt": 0, "default": 0.001},  # pFedBayes's localized global step
 }
 
 
@@ -130,6 +132,17 @@ class FedType(PrivateModels, LearningMethod):
     def global_architecture(self):
         return self.params["proxy"]
 
+    def initial_global(self, features, rng):
+        """pFedBayes's global model is a distribution: the proxy's weights as means, and a rho per
+        weight (learning.aggregators.with_rho); the other aggregations send the weights alone."""
+        weights = super().initial_global(features, rng)
+        if self.params["aggregation"] != "pfedbayes":
+            return weights
+        from learning.aggregators import with_rho
+        from learning.nets import build_net
+
+        return with_rho(weights, build_net(self.params["proxy"], features, self.params["classes"], seed=0))
+
     @classmethod
     def site(cls, rows, rng, site_id):
         return FedTypeSite(rows, rng)
@@ -159,33 +172,52 @@ class FedTypeSite(LearningSite):
         self.state = UARLState()
         self.penalty = self.config.lam
         self.personalised = False  # pFedMe: theta_i starts from the first global proxy it is sent
+        self.rho = None  # pFedBayes: q_i's rhos, from the first global distribution's on
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.proxy)}
 
     def train_round(self, weights):
-        from learning.aggregators import anchor_of, set_parameters
+        import numpy as np
+        import torch
+
+        from learning.aggregators import RHO, BayesianProxy, anchor_of, set_parameters, split_posterior
         from learning.train import uarl_round
 
         aggregation = self.config.aggregation
-        # pFedMe: the personalised proxy theta_i persists at the site (from the first global model on)
-        personal = anchor_of(self.proxy) if aggregation == "pfedme" and self.personalised else None
+        # pFedMe, pFedBayes: the personalised proxy (theta_i, q_i's means) persists at the site
+        keeps = aggregation in ("pfedme", "pfedbayes") and self.personalised
+        personal = anchor_of(self.proxy) if keeps else None
+        if aggregation == "pfedbayes" and weights is not None:
+            weights, global_rho = split_posterior(weights)
         self.load_global(self.proxy, weights)  # p_i^t = p_g^{t-1} (section 3.3)
         received = accuracy(self.proxy, self.data.X_test, self.data.y_test)
         anchor = anchor_of(self.proxy) if aggregation != "fedavg" else None  # FedProx's w^t, pFedMe's w_i
         if personal is not None:
             set_parameters(self.proxy, personal)
         self.personalised = True
-        stats = uarl_round(self.private, self.proxy, (self.private_optimizer, self.optimizer(self.proxy)),
-                           self.data, self.config, self.state, self.rng, anchor)
+        optimizers, posterior = (self.private_optimizer, self.optimizer(self.proxy)), None
+        if aggregation == "pfedbayes":  # v_i = the global distribution; q_i's rho persists from round 1 on
+            v_rho = [torch.as_tensor(np.asarray(global_rho[name], dtype=np.float32), device=self.device)
+                     for name, _ in self.proxy.named_parameters()]
+            rho = self.rho if self.rho is not None else v_rho
+            posterior = BayesianProxy(self.proxy, rho, anchor, v_rho, self.config.zeta, len(self.data.y_train),
+                                      self.config.lr, self.config.pfedbayes_lr, self.seed())
+            optimizers = (*optimizers, posterior.rho_optimizer)
+        stats = uarl_round(self.private, self.proxy, optimizers, self.data, self.config, self.state, self.rng,
+                           anchor if aggregation != "pfedbayes" else None, posterior)
         self.penalty = stats["g"]
         metrics = {"global_accuracy": received, **stats,
                    "private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
                    "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
-        if aggregation != "pfedme":
+        if aggregation not in ("pfedme", "pfedbayes"):
             return get_weights(self.proxy, self.precision), metrics
         theta = anchor_of(self.proxy)  # pFedMe sends its local model w_i and keeps theta_i
-        set_parameters(self.proxy, anchor)
+        set_parameters(self.proxy, anchor if posterior is None else posterior.v_mu)  # pFedBayes: v_i's means
         sent = get_weights(self.proxy, self.precision)
         set_parameters(self.proxy, theta)
+        if posterior is not None:  # and v_i's rhos; q_i's (mu_i, rho_i) stay
+            self.rho = [r.detach().clone() for r in posterior.rho]
+            sent.update({name + RHO: r.detach().cpu().numpy().astype(self.precision)
+                         for (name, _), r in zip(self.proxy.named_parameters(), posterior.v_rho)})
         return sent, metrics
 
     def evaluate(self, weights):
@@ -193,6 +225,10 @@ class FedTypeSite(LearningSite):
 
         proxy_accuracy = accuracy(self.proxy, self.data.X_test, self.data.y_test)  # the site's own last proxy
         coverage, size = set_coverage(self.proxy, self.data, self.config, self.penalty, self.rng)
+        if self.config.aggregation == "pfedbayes" and weights is not None:  # the global distribution's means
+            from learning.aggregators import split_posterior
+
+            weights = split_posterior(weights)[0]
         self.load_global(self.proxy, weights)
         return {"private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
                 "proxy_accuracy": proxy_accuracy, "set_coverage": coverage, "test_set_size": size,
