@@ -15,6 +15,7 @@ on the base class.
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,8 +47,9 @@ from transport.security import COORDINATOR_KEY, generate_keys, load_public_key, 
 from protocol.secagg.identity import identities_in_memory
 
 
-class Federation:
-    """What the harness (runner.study) reads of a backend."""
+class Federation(ABC):
+    """What the harness (runner.study) reads of a backend; a backend implements the three
+    abstract methods and builds its `coordinator` (the pump) in `__init__`."""
 
     events: EventLog  # the run's event log
     ledger: Ledger  # the run's communication ledger
@@ -56,16 +58,17 @@ class Federation:
     placed: dict | None = None  # how the sites were placed (summary.json), once started
     kernel = None  # the run's kernel links (transport.kernel_links), when it has them
 
+    @abstractmethod
     def start(self) -> list[str]:
         """Bring the sites up; the ones present."""
-        raise NotImplementedError
 
+    @abstractmethod
     def open_trial(self, trial: int, world) -> dict[str, int]:
         """Place each site's shard, then the join: {site: n_j} of those that joined."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release the sites, the transport and whatever the backend started."""
 
     @property
     def channel(self) -> Transport:
