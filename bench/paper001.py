@@ -198,15 +198,10 @@ def main(argv=None) -> int:
     if not args.no_run:
         measured["fig2"] = round(run_target("paper001-fig2", args.quick), 1)
         measured["fig3"] = round(run_target("paper001-fig3", args.quick), 1)
-    result = build(args.quick, measured)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     sys.path.insert(0, str(ROOT / "bench"))
-    from paper_pages import write
+    from paper_pages import publish
 
-    if args.out == OUT:
-        print(write("001"))
-    for row in result["tables"][0]["rows"]:
-        print(f"- {row[0]}: {row[3]} (ours {row[2]})")
+    publish("001", build(args.quick, measured), args.out)
     return 0
 
 

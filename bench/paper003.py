@@ -333,16 +333,10 @@ def main(argv=None) -> int:
     t45 = time.perf_counter() - began
     print(f"figures 4-5 stand-in: {t45:.0f} s", flush=True)
     fig3, t3 = figure3(args.quick)
-    result = build(args.quick, fig2, t2, stand, t45, fig3, t3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
     sys.path.insert(0, str(ROOT / "bench"))
-    from paper_pages import write
+    from paper_pages import publish
 
-    if args.out == RESULTS:
-        print(write("003"))
-    for row in result["tables"][0]["rows"]:
-        print(f"- {row[0]}: {row[3]} ({row[2]})")
+    publish("003", build(args.quick, fig2, t2, stand, t45, fig3, t3), args.out)
     return 0
 
 

@@ -113,6 +113,18 @@ def write(paper: str) -> Path:
     return path
 
 
+def publish(paper: str, results: dict, out: Path) -> None:
+    """A paper command's last step: the results file written to `out` and, when `out` is the
+    paper's committed results file, its page rendered; then one line per summary row."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    if out.resolve() == results_path(paper).resolve():
+        print(write(paper))
+    summary = next(table for table in results["tables"] if table["name"] == "summary")
+    for row in summary["rows"]:
+        print(f"- {row[0]}: {row[3]} (ours {row[2]})")
+
+
 def check(paper: str) -> list[str]:
     """Why the paper's page and results file disagree (empty: they agree)."""
     if not results_path(paper).exists():
