@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from protocol.codecs import PayloadError
-from protocol.exchange import PhaseExchange, SessionEvent, batch_answers  # noqa: F401 (batch_answers: drive's)
+from protocol.exchange import PhaseExchange, SessionEvent
 from protocol.inert import MAX_NAME_CHARS, inert
 from protocol.methods.base import Method, Outcome, Send, guarded
 from protocol.sessions import join_session

@@ -19,7 +19,8 @@ import numpy as np
 
 from protocol.secagg.identity import identities_in_memory
 
-from protocol.engine import Requests, Session, batch_answers
+from protocol.engine import Requests, Session
+from protocol.exchange import batch_answers
 from protocol.methods.base import Method, Outcome, RequestError
 from protocol.shuffle import ShuffleBatch
 
