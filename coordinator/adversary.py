@@ -325,7 +325,7 @@ class SecureSumLie:
         """The share request of the target with every peer's keys the coordinator's own; the mask
         request of the target with ciphertexts of the coordinator's making (so that it masks)."""
         from protocol.secagg import primitives as crypto
-        from protocol.secagg.protocol import _associated
+        from protocol.secagg.protocol import share_associated_data
         from protocol.secagg.shamir import PRIME, share_to_bytes
 
         self._session(phase, requests)
@@ -351,7 +351,7 @@ class SecureSumLie:
                 plain = (struct.pack(">II", self.index[peer], self.index[target])
                          + share_to_bytes(secrets.randbelow(PRIME)) + share_to_bytes(secrets.randbelow(PRIME))
                          + self.context)
-                made[peer] = crypto.encrypt(key, plain, _associated(self.nonce, peer, target))
+                made[peer] = crypto.encrypt(key, plain, share_associated_data(self.nonce, peer, target))
                 self.forged_to.append(peer)
             return {**requests, target: {**requests[target], "ciphertexts": made}}
         return requests
@@ -403,7 +403,7 @@ class SecureSumLie:
         (the pair key: the coordinator's c secret with the target's advertised c key), and its
         mask key and self-mask seed rebuilt from them when there are t."""
         from protocol.secagg import primitives as crypto
-        from protocol.secagg.protocol import _associated
+        from protocol.secagg.protocol import share_associated_data
         from protocol.secagg.shamir import SHARE_BYTES, ShareError, reconstruct_secret, share_from_bytes
         from protocol.secagg.unmasking import seed_bytes
 
@@ -413,7 +413,7 @@ class SecureSumLie:
                 continue
             key = crypto.agree(c, self.advertised[target]["c"], b"share", self.nonce)
             try:
-                plain = crypto.decrypt(key, ciphertexts[peer], _associated(self.nonce, target, peer))
+                plain = crypto.decrypt(key, ciphertexts[peer], share_associated_data(self.nonce, target, peer))
             except crypto.DecryptionError:
                 continue
             if len(plain) < 8 + 2 * SHARE_BYTES or struct.unpack(">II", plain[:8])[1] != self.index.get(peer):

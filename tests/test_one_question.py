@@ -277,12 +277,12 @@ def test_answers_to_different_questions_never_cancel_even_unchecked(monkeypatch,
     neighbour's answer to another question: the sum does not unmask, and the one-hot histogram's
     count says so instead of a threshold. In the active mode the digest is in every signature too
     (advertised keys, consistency views): sites that checked no signature either get the same."""
-    from protocol.secagg.protocol import _associated
+    from protocol.secagg.protocol import share_associated_data
     from protocol.secagg.shamir import SHARE_BYTES, share_from_bytes
 
     def unchecked(self, sender):
         plain = crypto.decrypt(self.share_keys[sender], self.received[sender],
-                               _associated(self.nonce, sender, self.site_id))
+                               share_associated_data(self.nonce, sender, self.site_id))
         return share_from_bytes(plain[8:8 + SHARE_BYTES]), share_from_bytes(plain[8 + SHARE_BYTES:8 + 2 * SHARE_BYTES])
 
     monkeypatch.setattr(SecAggClient, "_open", unchecked)

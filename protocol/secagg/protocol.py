@@ -537,7 +537,7 @@ class SecAggClient:
                 raise SecAggRefusal(f"bad public key of {v}: {exc}") from None
             plaintext = (struct.pack(">II", index, info["index"]) + share_to_bytes(s_shares[info["index"]])
                          + share_to_bytes(b_shares[info["index"]]) + self.context)
-            out[v] = crypto.encrypt(key, plaintext, _associated(self.nonce, self.site_id, v))
+            out[v] = crypto.encrypt(key, plaintext, share_associated_data(self.nonce, self.site_id, v))
         return out
 
     def _check_peers(self, index: int, live, peers: Mapping[str, dict]) -> None:
@@ -695,7 +695,7 @@ class SecAggClient:
     def _open(self, sender: str) -> tuple[int, int]:
         key = self.share_keys[sender]  # agreed in the share phase: X25519 is symmetric
         try:
-            plain = crypto.decrypt(key, self.received[sender], _associated(self.nonce, sender, self.site_id))
+            plain = crypto.decrypt(key, self.received[sender], share_associated_data(self.nonce, sender, self.site_id))
         except crypto.DecryptionError as exc:
             raise SecAggRefusal(f"the share ciphertext from {sender} does not open: {exc}") from None
         shares = 8 + 2 * SHARE_BYTES
@@ -733,7 +733,10 @@ def consistency(nonce: int, context: bytes, live: int, index: int, view: bytes) 
                    str(int(live)).encode(), str(int(index)).encode(), bytes(view))
 
 
-def _associated(nonce: int, sender: str, receiver: str) -> bytes:
+def share_associated_data(nonce: int, sender: str, receiver: str) -> bytes:
+    """The AEAD associated data of a key share sent from `sender` to `receiver` (Bonawitz et al. 2017,
+    round ShareKeys): binds the ciphertext to the session and to both ends, so the coordinator cannot
+    replay a share into another session or hand it to another site."""
     return f"secagg|{nonce}|{sender}|{receiver}".encode()
 
 
