@@ -182,14 +182,69 @@ def label(setting) -> str:
     return "(" + ", ".join(f"{v:g}" for v in setting) + ")"
 
 
-def run_mwu(sims: int, k: int) -> dict:
-    """{(centres, setting): [trial, ...]} over the method, power and table 3 grids."""
-    out = {}
-    for centres, sizes in TABLE_1.items():
-        for i, setting in enumerate(dict.fromkeys(METHOD_GRID + POWER_GRID + TABLE3_GRID)):
-            rng = np.random.default_rng([4, centres, i])
-            out[(centres, setting)] = [mwu_trial(sizes, *setting, rng, k) for _ in range(sims)]
-    return out
+def mwu_setting(centres: int, i: int, setting: tuple, sims: int, k: int) -> list[dict]:
+    """The `sims` studies of one (centres, setting), from their own seed [4, centres, i]: the same
+    trials whichever process runs them, and whatever ran before."""
+    rng = np.random.default_rng([4, centres, i])
+    return [mwu_trial(TABLE_1[centres], *setting, rng, k) for _ in range(sims)]
+
+
+def quantile_setting(centres: int, r: float, qsims: int, k: int, phi: float) -> dict:
+    """Tables 4-7 for one (r, centres), from its own seed centres * 100 + r."""
+    return simulate(r, TABLE_1[centres], qsims, k, phi, seed=centres * 100 + int(r))
+
+
+def _run_task(task: tuple) -> dict:
+    kind, args = task
+    t0 = time.perf_counter()
+    result = (mwu_setting if kind == "mwu" else quantile_setting)(*args)
+    return {"seconds": time.perf_counter() - t0, "result": result}
+
+
+def run_tasks(tasks: dict, jobs: int, cache: Path | None) -> tuple[dict, float]:
+    """({key: result}, seconds) for {key: (kind, args)}, `jobs` processes over the settings (each
+    seeded by its own key, so the results do not depend on `jobs`); seconds: the settings' compute
+    times added up (one process's time). With `cache`, a setting already computed with the same
+    arguments is read back from cache/<kind>-<args>.json, its time with it (a rerun that renders)."""
+    import multiprocessing
+
+    out, todo = {}, {}
+    for key, (kind, args) in tasks.items():
+        path = cache / ("-".join([kind, *(str(a).replace(" ", "") for a in args)]) + ".json") if cache else None
+        if path is not None and path.exists():
+            out[key] = json.loads(path.read_text())
+        else:
+            todo[key] = (kind, args, path)
+    t0, done = time.perf_counter(), 0
+
+    def keep(key, result):
+        nonlocal done
+        kind, args, path = todo[key]
+        out[key] = result
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result))
+        done += 1
+        elapsed = time.perf_counter() - t0
+        print(f"  {kind} {args[:-2] if kind == 'mwu' else args[:2]}: {done}/{len(todo)} settings, {elapsed:.0f} s, "
+              f"about {elapsed / done * (len(todo) - done):.0f} s left", flush=True)
+
+    keys = list(todo)
+    if jobs <= 1 or len(keys) <= 1:
+        for key in keys:
+            keep(key, _run_task(todo[key][:2]))
+    else:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            for key, result in zip(keys, pool.imap(_run_task, [todo[key][:2] for key in keys])):
+                keep(key, result)
+    return {key: out[key]["result"] for key in tasks}, sum(out[key]["seconds"] for key in tasks)
+
+
+def run_mwu(sims: int, k: int, jobs: int = 1, cache: Path | None = None) -> tuple[dict, float]:
+    """({(centres, setting): [trial, ...]}, seconds) over the method, power and table 3 grids."""
+    tasks = {(centres, setting): ("mwu", (centres, i, setting, sims, k))
+             for centres in TABLE_1 for i, setting in enumerate(dict.fromkeys(METHOD_GRID + POWER_GRID + TABLE3_GRID))}
+    return run_tasks(tasks, jobs, cache)
 
 
 def r3(v: float) -> float:
@@ -251,13 +306,12 @@ def mwu_tables(trials: dict, sims: int) -> tuple[list[dict], dict]:
     return [fig1, s1, fig2, fig3, t3], facts
 
 
-def quantile_tables(qsims: int, k: int, phi: float) -> tuple[list[dict], dict]:
+def quantile_tables(qsims: int, k: int, phi: float, jobs: int = 1,
+                    cache: Path | None = None) -> tuple[list[dict], dict, float]:
     """Tables 4-7 (bias, sd, MSE, bias^2 / variance of (Q-hat - Q) / sqrt(r)) at 3, 5 and 10 centres,
     r = 4 and 10: ours (the paper's) for its three estimators, ours alone for the others."""
-    results = {}
-    for centres in TABLE_1:
-        for r in (4.0, 10.0):
-            results[(int(r), centres)] = simulate(r, TABLE_1[centres], qsims, k, phi, seed=centres * 100 + int(r))
+    results, seconds = run_tasks({(int(r), centres): ("quantiles", (centres, r, qsims, k, phi))
+                         for centres in TABLE_1 for r in (4.0, 10.0)}, jobs, cache)
     tables = []
     titles = {"bias": "Table 4: bias", "sd": "Table 5: sd", "mse": "Table 6: MSE", "ratio": "Table 7: bias^2 / variance"}
     for stat, title in titles.items():
@@ -275,7 +329,7 @@ def quantile_tables(qsims: int, k: int, phi: float) -> tuple[list[dict], dict]:
         tables.append({"name": f"table{4 + list(titles).index(stat)}",
                        "title": f"{title} of (Q-hat - Q) / sqrt(r), ours (the paper's), {qsims} data sets a setting",
                        "columns": ["r", "centres", "estimator", *[f"Q_{p}" for p in LEVELS]], "rows": rows})
-    return tables, results
+    return tables, results, seconds
 
 
 def section_5_3(k: int, phi: float) -> dict:
@@ -446,21 +500,24 @@ def main() -> None:
     parser.add_argument("--sims", type=int, help="simulated studies per MWU setting (default 2000, quick 200)")
     parser.add_argument("--qsims", type=int, help="simulated data sets per quantile setting (default 2000, quick 200)")
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1, help="processes over the settings (each seeded by its "
+                        "setting: the results do not depend on it); 1 on a shared machine")
+    parser.add_argument("--cache", help="a folder: each setting's raw results kept there and read back by a rerun "
+                        "with the same sizes (to re-render without recomputing)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "paper004.json"))
     parser.add_argument("--no-page", action="store_true", help="do not render docs/papers/004.md")
     args = parser.parse_args()
     sims = args.sims or (200 if args.quick else 2000)
     qsims = args.qsims or (200 if args.quick else 2000)
     times = {}
-    t0 = time.perf_counter()
-    trials = run_mwu(sims, args.k)
+    out = Path(args.out)
+    committed = out.resolve() == (ROOT / "bench" / "results" / "paper004.json").resolve()
+    cache = Path(args.cache) if args.cache else None
+    trials, times["mwu"] = run_mwu(sims, args.k, args.jobs, cache)
     mwu, facts = mwu_tables(trials, sims)
-    times["mwu"] = time.perf_counter() - t0
-    plot_fig2(trials, ROOT / "docs" / "papers" / "004_fig2.png")
+    plot_fig2(trials, ROOT / "docs" / "papers" / "004_fig2.png" if committed else out.with_suffix(".png"))
     print(f"MWU grids: {times['mwu']:.0f} s", flush=True)
-    t0 = time.perf_counter()
-    qtables, qres = quantile_tables(qsims, args.k, 0.1)
-    times["quantiles"] = time.perf_counter() - t0
+    qtables, qres, times["quantiles"] = quantile_tables(qsims, args.k, 0.1, args.jobs, cache)
     print(f"quantile tables: {times['quantiles']:.0f} s", flush=True)
     summary = {"name": "summary", "title": "Summary: the paper's figures and tables against ours",
                "columns": ["item", "the paper", "ours", "verdict", "why, or the stand-in", "command", "time here"],
@@ -468,11 +525,10 @@ def main() -> None:
     results = {"paper": "004", "title": "Federated Statistical Analysis: Non-parametric Testing and Quantile Estimation",
                "command": "make paper004", "quick": "make paper004 ARGS=--quick", "sims": sims, "qsims": qsims,
                "tables": [summary, *mwu, *qtables, section_5_3(args.k, 0.1)]}
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {out}")
-    if not args.no_page and out.resolve() == (ROOT / "bench" / "results" / "paper004.json").resolve():
+    if not args.no_page and committed:
         subprocess.run([sys.executable, str(ROOT / "bench" / "paper_pages.py"), "write", "004"], check=True)
 
 
