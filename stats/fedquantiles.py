@@ -7,7 +7,8 @@
 - YJ likelihood (eq. 10-12), one pass: every site returns, for a public grid of lambda values,
   n_l, sum h_lambda(x), sum h_lambda(x)^2 and sum sign(x) log(|x| + 1); the coordinator takes
   the grid point of largest log likelihood and Q_p = h^-1(mu + sigma Phi^-1(p)).
-  `yj_likelihood_continuous` maximizes the same likelihood over lambda continuously (iterative).
+  `yj_likelihood_continuous` maximizes the same likelihood over lambda continuously (iterative);
+  `golden_section_step` is the search the protocol's `fit: continuous` runs, one round a step.
 - `linear_table_quantile`: the table CDF interpolated linearly between bin limits (section 5.2).
 - Quantile loss (eq. 4): iterative; each round every site returns its loss and (sub)gradient at
   the coordinator's q. Not privacy preserving (section 5.1: the loss changes slope at every data
@@ -139,10 +140,41 @@ def yj_likelihood_fit(moments: list[dict], grid: list[float]) -> tuple[float, fl
     return float(grid[i]), float(mean[i]), float(math.sqrt(var[i])), loglik
 
 
+def yj_quantile(lam: float, mu: float, sigma: float, p: float) -> float:
+    """Eq. (12): Q_p = h_lambda^-1(mu + sigma Phi^-1(p))."""
+    return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
+
+
 def yj_likelihood_quantile(moments: list[dict], grid: list[float], p: float) -> float:
     """Eq. (12) at the grid maximizer."""
     lam, mu, sigma, _ = yj_likelihood_fit(moments, grid)
-    return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
+    return yj_quantile(lam, mu, sigma, p)
+
+
+INVPHI = (math.sqrt(5.0) - 1.0) / 2.0  # the golden section, 0.618...
+
+
+def golden_section_step(state: tuple[float, ...], asked: list[float] | None,
+                        objective: dict) -> tuple[tuple[float, float, float, float], list[float]]:
+    """One step of a golden-section search for the minimum of a unimodal function, in a form that
+    asks for values rather than calling a function (the federated continuous YJ fit, section 5.2:
+    each step is one round of yj_site_moments at the lambdas asked). `asked` None: `state` is the
+    interval (a, b); returns (a, c, d, b), c = b - 0.618 (b - a) and d = a + 0.618 (b - a), and
+    [c, d] to evaluate. Else `state` is (a, c, d, b) and `objective` maps c and d to their values:
+    the side of the worse one is cut off (ties cut the right) and the one new point to evaluate
+    returned; the interval holding the minimizer shrinks by 0.618 a step."""
+    if asked is None:
+        a, b = state
+        c, d = b - INVPHI * (b - a), a + INVPHI * (b - a)
+        return (a, c, d, b), [c, d]
+    a, c, d, b = state
+    if objective[c] <= objective[d]:  # the minimum lies in [a, d]
+        b, d = d, c
+        c = b - INVPHI * (b - a)
+        return (a, c, d, b), [c]
+    a, c = c, d  # in [c, b]
+    d = a + INVPHI * (b - a)
+    return (a, c, d, b), [d]
 
 
 def yj_likelihood_continuous(moments_at, bounds: tuple[float, float] = LAMBDA_RANGE,
@@ -164,7 +196,7 @@ def yj_likelihood_continuous(moments_at, bounds: tuple[float, float] = LAMBDA_RA
 def yj_continuous_quantile(sites: list[np.ndarray], p: float) -> float:
     """Eq. (12) at the continuous maximizer (yj_likelihood_continuous) of the sites' values."""
     lam, mu, sigma = yj_likelihood_continuous(lambda v: [yj_site_moments(x, [v]) for x in sites])
-    return float(yeo_johnson_inverse(np.array([mu + sigma * stats.norm.ppf(p)]), lam)[0])
+    return yj_quantile(lam, mu, sigma, p)
 
 
 def quantile_loss_terms(values: np.ndarray, q: float, p: float) -> dict:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from stats.fedquantiles import (lambda_grid, naive_table_quantile, quantile_loss_terms, table_cdf,
+from stats.fedquantiles import (INVPHI, golden_section_step, lambda_grid, naive_table_quantile, quantile_loss_terms,
+                                table_cdf,
                                 yeo_johnson, yeo_johnson_inverse, yj_likelihood_fit, yj_likelihood_quantile,
                                 yj_site_moments, yj_table_fit, yj_table_quantile)
 from stats.kanon import apply_release, first_release, join_release
@@ -105,3 +106,22 @@ def test_yj_likelihood_has_the_lowest_tail_mse():
     for p in (0.02, 0.98):
         mse = {name: float(np.mean(np.square(e[p]))) for name, e in errors.items()}
         assert mse["yj_likelihood"] < mse["loss"] and mse["yj_likelihood"] < mse["yj_table"], (p, mse)
+
+
+@pytest.mark.parametrize("minimizer", [0.0, 0.37, 1.0, 1.9999, 2.0])
+def test_golden_section_keeps_the_minimizer_and_shrinks_by_the_golden_ratio(minimizer):
+    """golden_section_step, as the protocol's continuous YJ fit drives it (one value asked per
+    step after the first two): the bracket holds the minimizer of a unimodal function after every
+    step and its width is (b - a) 0.618^steps; the best point evaluated is within that width."""
+    f = lambda v: abs(v - minimizer) ** 1.5
+    state, asked = golden_section_step((0.0, 2.0), None, {})
+    assert asked == pytest.approx([2 - 2 * INVPHI, 2 * INVPHI])
+    seen = {}
+    for step in range(1, 41):
+        seen.update({v: f(v) for v in asked})
+        state, asked = golden_section_step(state, asked, seen)
+        assert len(asked) == 1 and state[0] <= minimizer <= state[3]
+        assert state[3] - state[0] == pytest.approx(2.0 * INVPHI ** step, rel=1e-6)
+        assert state[0] < state[1] < state[2] < state[3] or state[3] - state[0] < 1e-12
+    best = min(seen, key=seen.get)
+    assert abs(best - minimizer) <= 2.0 * INVPHI ** 39

@@ -18,7 +18,8 @@ from runner.study import run_study
 from scenarios.scenario import validate_scenario
 from quorum import load_scenario
 from specs.schema import ScenarioError
-from stats.fedquantiles import lambda_grid, yj_likelihood_quantile, yj_site_moments
+from stats.fedquantiles import (lambda_grid, linear_table_quantile, yj_continuous_quantile, yj_likelihood_continuous,
+                                yj_likelihood_quantile, yj_site_moments)
 from stats.kanon import valid_count
 from stats.mannwhitney import (fisher_p_value, p_value, site_statistic, t_sum, t_weighted,
                                z_score)
@@ -193,7 +194,106 @@ def test_yj_likelihood_session_equals_the_pure_estimate():
         assert out.estimates[str(p)] == pytest.approx(yj_likelihood_quantile(moments, grid, p), rel=1e-12)
 
 
-@pytest.mark.parametrize("estimator", ["naive", "yj_table"])
+def test_yj_continuous_session_equals_the_pure_fit_and_scipys_mle():
+    """fit: continuous, 30 rounds of golden-section search: lambda within the final bracket
+    (2 x 0.618^30 ~ 1e-6) of scipy's yeojohnson_normmax on the pooled data and of the bench's
+    bounded search (yj_likelihood_continuous); the quantiles equal yj_continuous_quantile's."""
+    sites, values = gamma_sites(seed=2)
+    out = run_session(METHODS["yj_likelihood"](0.1, fit="continuous", rounds=30), sites, rngs())
+    assert out.status == "ok" and out.details["rounds"] == 30 and out.details["lambdas_asked"] == 32
+    lam = out.details["yj_lambda"]
+    low, high = out.details["bracket"]
+    assert high - low == pytest.approx(2.0 * 0.6180339887 ** 30, rel=1e-6)
+    assert abs(lam - stats.yeojohnson_normmax(np.concatenate(values))) < 2e-6
+    assert abs(lam - yj_likelihood_continuous(lambda v: [yj_site_moments(x, [v]) for x in values])[0]) < 2e-6
+    for p in (0.02, 0.25, 0.5, 0.75, 0.98):
+        assert out.estimates[str(p)] == pytest.approx(yj_continuous_quantile(values, p), rel=1e-6)
+    coarse = run_session(METHODS["yj_likelihood"](0.1, fit="continuous", rounds=3), sites, rngs())
+    assert coarse.details["lambdas_asked"] == 5 and abs(coarse.details["yj_lambda"] - lam) <= 2.0 * 0.62 ** 3
+
+
+def continuous_drive(sites, change=None):
+    """A continuous YJ session over `sites`, recording every request; change(site, phase, value)
+    may alter an answer (a lying or crashing site)."""
+    method = METHODS["yj_likelihood"](0.1, fit="continuous", rounds=5)
+    halves = {s: type(method).site(v, rngs()(s), s) for s, v in sites.items()}
+    asked = {}
+
+    def ask(site, phase, body):
+        encoder, request = CODECS[method.codec].for_site(body)
+        asked.setdefault(str(phase), {})[site] = request
+        value = halves[site].answer(phase, request)
+        return encoder.encode(change(site, str(phase), value) if change else value)
+
+    return drive(method, {s: len(v) for s, v in sites.items()}, ask, np.random.default_rng(0)), asked
+
+
+def test_yj_continuous_asks_every_site_the_same_lambdas_and_aborts_on_a_lost_or_changed_site():
+    sites, _ = gamma_sites(seed=4)
+    out, asked = continuous_drive(sites)
+    assert out.status == "ok" and list(asked) == ["respond", *[f"search-{t}" for t in range(5)]]
+    for phase, bodies in asked.items():  # one question for all, 2 lambdas then 1 a round
+        assert set(bodies) == set(sites) and len({json.dumps(b, sort_keys=True) for b in bodies.values()}) == 1
+        assert len(next(iter(bodies.values()))["grid"]) == (2 if phase == "respond" else 1)
+
+    def crash(site, phase, value):
+        if site == "site-1" and phase == "search-2":
+            raise RequestError("crashed")
+        return value
+
+    lost, _ = continuous_drive(sites, crash)
+    assert lost.status == "aborted" and "site-1" in lost.reason and "search-2" in lost.reason
+
+    def lie(site, phase, value):
+        return {**value, "n": value["n"] + 1} if site == "site-0" and phase == "search-1" else value
+
+    lied, _ = continuous_drive(sites, lie)
+    assert lied.status == "aborted" and "site-0" in lied.reason and "changed" in lied.reason
+
+    def extra(site, phase, value):
+        return ({**value, "sum_h": np.r_[value["sum_h"], 1.0], "sum_h2": np.r_[value["sum_h2"], 1.0]}
+                if site == "site-2" and phase == "search-0" else value)
+
+    padded, _ = continuous_drive(sites, extra)
+    assert padded.status == "aborted" and "site-2 answered 2 sums for 1 lambdas" in padded.reason
+
+
+def test_a_site_answers_at_most_max_grid_lambdas_a_session():
+    from protocol.methods.fed_quantiles import MAX_GRID
+
+    sites, _ = gamma_sites(seed=5)
+    half = METHODS["yj_likelihood"].site(sites["site-0"], rngs()("site-0"), "site-0")
+    half.answer("respond", {"grid": lambda_grid(MAX_GRID - 1)})
+    half.answer("search-0", {"grid": [1.0]})
+    with pytest.raises(RequestError, match="at most 1001"):
+        half.answer("search-1", {"grid": [0.5]})
+
+
+def test_linear_table_estimate_is_linear_table_quantile_on_the_released_table():
+    """estimator: linear reads the one released table (the naive session's own, from the same
+    seeds): exactly stats.fedquantiles.linear_table_quantile on its limits and counts."""
+    sites, _ = gamma_sites(seed=3)
+    tables = {}
+    outs = {}
+    for estimator in ("linear", "naive"):
+        method = METHODS["kanon_quantiles"](0.1, estimator=estimator)
+        finish = method.finish
+
+        def spy(table, contributed, skipped, finish=finish, estimator=estimator):
+            tables[estimator] = table
+            return finish(table, contributed, skipped)
+
+        method.finish = spy
+        outs[estimator] = run_session(method, sites, rngs())
+    table = tables["linear"]
+    assert (table.limits, table.counts) == (tables["naive"].limits, tables["naive"].counts)
+    for p in (0.02, 0.25, 0.5, 0.75, 0.98):
+        assert outs["linear"].estimates[str(p)] == linear_table_quantile(np.asarray(table.limits),
+                                                                          np.asarray(table.counts[0]), p)
+    assert outs["linear"].estimates != outs["naive"].estimates
+
+
+@pytest.mark.parametrize("estimator", ["naive", "linear", "yj_table"])
 def test_table_quantiles_land_near_the_pooled_ones(estimator):
     sites, values = gamma_sites(seed=3)
     pooled = np.concatenate(values)

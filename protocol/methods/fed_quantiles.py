@@ -2,8 +2,12 @@
 of both groups are one sample; paper004_gamma puts everything in group 0).
 
   kanon_quantiles  the K-anonymous one-group table, built site by site, then the naive bin-limit
-                   estimate (section 5.2) or the YJ table estimate (eq. 6-9)
-  yj_likelihood    one pass: per-site moments on a public lambda grid (eq. 10-12)
+                   estimate (section 5.2), the linear interpolation of the table CDF (section 5.2)
+                   or the YJ table estimate (eq. 6-9), all from the one released table
+  yj_likelihood    `fit: grid`, one pass: per-site moments on a public lambda grid (eq. 10-12);
+                   `fit: continuous`: a golden-section search for lambda over LAMBDA_RANGE, every
+                   round asking every site the same new lambda (section 5.2's "simple
+                   optimization routine"; `rounds` + 2 lambdas disclosed in all)
   quantile_loss    iterative bisection on the pooled right derivative of the quantile loss (eq. 4);
                    converges to the pooled sample quantile. NOT privacy preserving: the sites'
                    extremes and their counts below every probed point are revealed (section 5.1)
@@ -24,11 +28,14 @@ from protocol.phases import Phase, PhaseStep, PhaseTable
 from results.estimates import Estimates
 from protocol.methods.kanon_table import (PHASES, TABLE_PARAMS, KAnonTableCoordinator, KAnonTableSite,
                                           table_codec, table_request, table_spend)
-from stats.fedquantiles import (LAMBDA_RANGE, lambda_grid, naive_table_quantile, pooled_rank,
-                                quantile_loss_terms, yj_likelihood_fit, yj_likelihood_quantile,
-                                yj_site_moments, yj_table_fit, yj_table_quantile)
+from stats.fedquantiles import (LAMBDA_RANGE, golden_section_step, lambda_grid, linear_table_quantile,
+                                naive_table_quantile, pooled_rank, quantile_loss_terms, yj_likelihood_fit,
+                                yj_likelihood_quantile, yj_quantile, yj_site_moments, yj_table_fit, yj_table_quantile)
 
+#: the most lambdas a site answers in one session (a grid, or the rounds of a continuous fit together)
 MAX_GRID = 1001
+#: the most search rounds of `fit: continuous`: 2 x 0.618^60 ~ 6e-13 is below what lambda can tell apart
+MAX_FIT_ROUNDS = 60
 
 
 class KAnonQuantiles(Method):
@@ -37,7 +44,8 @@ class KAnonQuantiles(Method):
     data = "two_sample"
     result = Estimates
     phases = PHASES
-    PARAMS = {**TABLE_PARAMS, "estimator": {"type": "str", "choices": ["naive", "yj_table"], "default": "yj_table"},
+    PARAMS = {**TABLE_PARAMS, "estimator": {"type": "str", "choices": ["naive", "linear", "yj_table"],
+                                                "default": "yj_table"},
               "levels": LEVELS_SPEC}
 
     def __init__(self, alpha, k=10, extremes="buffer", bounds=None, estimator="yj_table", levels=None):
@@ -61,6 +69,8 @@ class KAnonQuantiles(Method):
         common = {"answered": len(contributed), "contributed": contributed, "skipped": skipped, "bins": table.bins}
         if self.estimator == "naive":
             return Estimates.of({p: naive_table_quantile(limits, counts, p) for p in self.levels}, **common)
+        if self.estimator == "linear":  # the coordinator's own reading of the same table: nothing more asked
+            return Estimates.of({p: linear_table_quantile(limits, counts, p) for p in self.levels}, **common)
         if table.bins < 3:
             return Outcome.aborted(f"the YJ table fit needs at least 2 interior limits, the table has {table.bins - 1}",
                                    **common)
@@ -80,26 +90,43 @@ class KAnonQuantiles(Method):
         return Spend("kanon", model=self.privacy["model"], k=self.request["k"])
 
 
+#: the grid's one phase, then (fit: continuous) the search rounds search-0, search-1, ...
+YJ_PHASES = PhaseTable(PhaseStep("respond", then=("search",)), PhaseStep("search", then=("search",), numbered=True),
+                       rounds=MAX_FIT_ROUNDS)
+
+
 class YJLikelihood(OneShotMethod):
     name = "yj_likelihood"
     codec = "summary"
     data = "two_sample"
     result = Estimates
-    PARAMS = {"grid_points": {"type": "int", "min": 2, "max": MAX_GRID, "default": 101}, "levels": LEVELS_SPEC}
+    phases = YJ_PHASES
+    PARAMS = {"grid_points": {"type": "int", "min": 2, "max": MAX_GRID, "default": 101},
+              "fit": {"type": "str", "choices": ["grid", "continuous"], "default": "grid"},
+              "rounds": {"type": "int", "min": 1, "max": MAX_FIT_ROUNDS, "default": 30},
+              "levels": LEVELS_SPEC}
 
-    def __init__(self, alpha, grid_points=101, levels=None):
+    def __init__(self, alpha, grid_points=101, fit="grid", rounds=30, levels=None):
         levels = list(LEVELS if levels is None else levels)
-        super().__init__(alpha, grid_points=grid_points, levels=levels)
-        self.grid, self.levels = lambda_grid(grid_points), levels
+        super().__init__(alpha, grid_points=grid_points, fit=fit, rounds=rounds, levels=levels)
+        self.grid, self.levels, self.fit, self.rounds = lambda_grid(grid_points), levels, fit, rounds
 
     @property
     def privacy(self):
         return {"epsilon": None, "model": "summary moments (not K-anonymous)"}
 
     def make_codec(self):
+        if self.fit == "continuous":  # 2 lambdas in the first round, 1 in each search round: the
+            # coordinator half checks the lengths against what it asked
+            return Summary({"n": "int", "sum_h": "floats", "sum_h2": "floats", "jacobian": "float"})
         size = len(self.grid)
         return Summary({"n": "int", "sum_h": "floats", "sum_h2": "floats", "jacobian": "float"},
                        {"sum_h": size, "sum_h2": size})
+
+    def coordinator(self, sizes, rng):
+        if self.fit == "continuous":
+            return _GoldenSection(self, sorted(sizes))
+        return super().coordinator(sizes, rng)
 
     def plan(self, sizes):
         return Planned({site: {"grid": self.grid} for site in sizes})
@@ -118,15 +145,87 @@ class YJLikelihood(OneShotMethod):
         return SiteMoments(rows)
 
 
+class _GoldenSection(CoordinatorHalf):
+    """`fit: continuous`: eq. (10)-(11) maximized over lambda in LAMBDA_RANGE by golden-section
+    search (stats.fedquantiles.golden_section_step), each evaluation one round in which every site
+    that answered the first is asked the same one lambda (the first round two), then eq. (12) at
+    the best lambda evaluated. The sites' n and Jacobian term must not change between rounds, each
+    answer must hold one sum per lambda asked, and every site must answer every round (the
+    likelihood is over the same data throughout), else the session aborts, releasing nothing."""
+
+    def __init__(self, method: YJLikelihood, sites: list[str]) -> None:
+        self.method, self.sites = method, sites
+        self.bracket = self.asked = None
+        self.first: dict[str, tuple[int, float]] = {}
+        self.seen: dict[float, tuple[float, float, float]] = {}  # lambda -> (-loglik, mu, sigma)
+        self.rounds = 0
+
+    def start(self):
+        if not self.sites:
+            return Outcome.aborted("no site joined the session")
+        self.bracket, self.asked = golden_section_step(LAMBDA_RANGE, None, {})
+        return Send("respond", {site: {"grid": self.asked} for site in self.sites})
+
+    def advance(self, phase, answers, dropped):
+        common = {"rounds": self.rounds, "lambdas_asked": len(self.seen) + len(self.asked)}
+        if phase == "respond":
+            if not answers:
+                return Outcome.aborted(f"no site answered ({len(dropped)} dropped)", dropped=sorted(dropped))
+            self.sites = sorted(answers)  # those lost before the search are not asked again
+            self.dropped = sorted(dropped)
+            self.first = {site: (a["n"], a["jacobian"]) for site, a in answers.items()}
+        missing = sorted(set(self.sites) - set(answers))
+        if missing:
+            return Outcome.aborted(f"the continuous YJ fit needs every site in every round; {missing[0]} did not "
+                                   f"answer {phase} ({dropped.get(missing[0], 'no answer')})", dropped=missing,
+                                   **common)
+        for site in self.sites:
+            a = answers[site]
+            if len(a["sum_h"]) != len(self.asked) or len(a["sum_h2"]) != len(self.asked):
+                return Outcome.aborted(f"{site} answered {len(a['sum_h'])} sums for {len(self.asked)} lambdas asked",
+                                       **common)
+            if (a["n"], a["jacobian"]) != self.first[site]:
+                return Outcome.aborted(f"{site}'s n or Jacobian term changed between rounds", **common)
+        moments = [a for a in answers.values() if a["n"] > 0]
+        if sum(m["n"] for m in moments) < 2:
+            return Outcome.aborted("fewer than 2 values in all", answered=len(self.sites), dropped=self.dropped)
+        for i, lam in enumerate(self.asked):
+            one = [{"n": m["n"], "sum_h": [m["sum_h"][i]], "sum_h2": [m["sum_h2"][i]], "jacobian": m["jacobian"]}
+                   for m in moments]
+            _, mu, sigma, loglik = yj_likelihood_fit(one, [lam])
+            self.seen[lam] = (-float(loglik[0]), mu, sigma)
+        if self.rounds >= self.method.rounds:
+            return self._finish()
+        self.bracket, self.asked = golden_section_step(self.bracket, self.asked,
+                                                       {v: f for v, (f, _, _) in self.seen.items()})
+        self.rounds += 1
+        return Send(Phase("search", self.rounds - 1), {site: {"grid": self.asked} for site in self.sites})
+
+    def _finish(self):
+        lam = min(self.seen, key=lambda v: (self.seen[v][0], v))
+        _, mu, sigma = self.seen[lam]
+        return Estimates.of({p: yj_quantile(lam, mu, sigma, p) for p in self.method.levels}, yj_lambda=lam, answered=len(self.sites),
+                            dropped=self.dropped, rounds=self.rounds, lambdas_asked=len(self.seen),
+                            bracket=[self.bracket[0], self.bracket[-1]])
+
+
 class SiteMoments(SiteHalf):
+    """n, sum h_lambda, sum h_lambda^2 and the Jacobian term at the lambdas asked: one grid, or the
+    rounds of a continuous fit, at most MAX_GRID lambdas in one session in all."""
+
     def __init__(self, rows):
         self.rows = rows
+        self.answered = 0
 
-    REQUEST = {"type": "map", "fields": {"grid": {"type": "list", "min_len": 2, "max_len": MAX_GRID, "of": {
+    REQUEST = {"type": "map", "fields": {"grid": {"type": "list", "min_len": 1, "max_len": MAX_GRID, "of": {
         "type": "float", "ge": LAMBDA_RANGE[0], "le": LAMBDA_RANGE[1]}}}}
 
     def answer(self, phase, body):
         grid = checked(self.REQUEST, body, f"{phase} request")["grid"]
+        if self.answered + len(grid) > MAX_GRID:
+            raise RequestError(f"{phase} request: {self.answered} lambdas answered in this session already, at most "
+                               f"{MAX_GRID} in all")
+        self.answered += len(grid)
         moments = yj_site_moments(two_sample_values(self.rows), grid)
         return {"n": moments["n"], "sum_h": np.asarray(moments["sum_h"]), "sum_h2": np.asarray(moments["sum_h2"]),
                 "jacobian": moments["jacobian"]}
