@@ -33,10 +33,10 @@ class CQRForest(Model):
     }
 
     def fit(self, X, y, alpha, rng):
-        from quantile_forest import RandomForestQuantileRegressor
+        from models.lean_forest import LeanQuantileForest
 
         p = self.params
-        self.forest = RandomForestQuantileRegressor(
+        self.forest = LeanQuantileForest(
             n_estimators=p["n_estimators"], min_samples_leaf=p["min_samples_leaf"],
             max_features=p["max_features"], max_samples_leaf=None, n_jobs=p["n_jobs"],
             random_state=int(rng.integers(2**31 - 1)),
