@@ -4,6 +4,7 @@ paper's table rule beside the hardened one, the exact group sizes, and the commi
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -91,3 +92,40 @@ def test_committed_results_cover_every_setting():
         assert len(tables[name]["rows"]) == 36
         assert {r[1] for r in tables[name]["rows"]} == {3, 5, 10}
     assert {r[3] for r in tables["summary"]["rows"]} <= {"reproduced", "differs", "impossible offline"}
+
+
+def test_mixture_quantile_is_bit_for_bit_the_per_component_scipy_root():
+    """The vectorized eq. (13) (special.gammainc over the centres) is the root the old per-centre
+    stats.gamma.cdf sum found, exactly, and its mixture CDF there is p."""
+    from paper004_quantiles import mixture_quantile
+    from scipy import optimize
+
+    rng = np.random.default_rng(13)
+    for _ in range(20):
+        sizes, alphas = [492, 368, 276, 208, 156], rng.normal(0, 0.1, 5)
+        p, r = float(rng.choice([0.02, 0.5, 0.98])), float(rng.choice([4.0, 10.0]))
+        old = optimize.brentq(lambda q: sum(n / sum(sizes) * stats.gamma.cdf(q / math.exp(a), r)
+                                            for n, a in zip(sizes, alphas)) - p, 1e-9, 1e3)
+        new = mixture_quantile(p, r, sizes, alphas)
+        assert new == old
+        cdf = sum(n / sum(sizes) * stats.gamma.cdf(new / math.exp(a), r) for n, a in zip(sizes, alphas))
+        assert cdf == pytest.approx(p, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_results_do_not_depend_on_the_number_of_processes(tmp_path):
+    import paper004
+    tasks = {(c, r): ("quantiles", (c, r, 3, 10, 0.1)) for c in (3, 5) for r in (4.0, 10.0)}
+    one, _ = paper004.run_tasks(tasks, 1, None)
+    two, _ = paper004.run_tasks(tasks, 2, tmp_path)
+    again, _ = paper004.run_tasks(tasks, 2, tmp_path)  # read back from the cache
+    text = lambda out: json.dumps([[list(key), out[key]] for key in tasks])
+    assert text(one) == text(two) == text(again) and len(list(tmp_path.iterdir())) == len(tasks)
+
+
+def test_the_summary_states_the_committed_run_size():
+    results = json.loads((ROOT / "bench" / "results" / "paper004.json").read_text())
+    text = json.dumps(results["tables"][0]["rows"])
+    assert f"{results['sims']} data sets a setting" in text and f"{results['qsims']} data sets a setting" in text
+    if results["sims"] < 2000 or results["qsims"] < 2000:
+        assert "quick run" in text or "reduced run" in text
