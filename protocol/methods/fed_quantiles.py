@@ -184,6 +184,9 @@ class _GoldenSection(CoordinatorHalf):
             if len(a["sum_h"]) != len(self.asked) or len(a["sum_h2"]) != len(self.asked):
                 return Outcome.aborted(f"{site} answered {len(a['sum_h'])} sums for {len(self.asked)} lambdas asked",
                                        **common)
+            if a["n"] < 0 or not (np.all(np.isfinite(a["sum_h"])) and np.all(np.isfinite(a["sum_h2"]))
+                                  and np.isfinite(a["jacobian"])):
+                return Outcome.aborted(f"{site} answered a negative n or moments that are not finite", **common)
             if (a["n"], a["jacobian"]) != self.first[site]:
                 return Outcome.aborted(f"{site}'s n or Jacobian term changed between rounds", **common)
         moments = [a for a in answers.values() if a["n"] > 0]
