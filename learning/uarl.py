@@ -54,16 +54,17 @@ def top_k_sets(logits: np.ndarray, k: int) -> np.ndarray:
     return sets
 
 
-def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
+def fit_temperature(logits: np.ndarray, labels: np.ndarray, iterations: int = TEMPERATURE_ITERATIONS) -> float:
     """Temperature scaling (Guo et al. 2017; the 'Platt scaling' of appendix F): the T > 0 that
     minimizes the validation negative log-likelihood of softmax(logits / T), by L-BFGS from 1.3
-    with learning rate 0.01 and at most 10 iterations, as the RAPS reference code does."""
+    with learning rate 0.01 and at most `iterations` (10) iterations, as the RAPS reference code
+    does; with a few hundred it reaches the minimum (bench/paper003_fig3.py asks for that)."""
     import torch
 
     z = torch.as_tensor(np.asarray(logits, dtype=np.float32))
     y = torch.as_tensor(np.asarray(labels, dtype=np.int64))
     temperature = torch.full((1,), TEMPERATURE_START, requires_grad=True)
-    optimizer = torch.optim.LBFGS([temperature], lr=TEMPERATURE_LR, max_iter=TEMPERATURE_ITERATIONS)
+    optimizer = torch.optim.LBFGS([temperature], lr=TEMPERATURE_LR, max_iter=iterations)
 
     def closure():
         optimizer.zero_grad()
