@@ -107,15 +107,16 @@ paper004-mwu: $(VENV)/.installed
 	done
 
 # paper 003 figure 3 on sklearn's digits: a DP-SGD (8, 1e-5) and a non-private CNN, each calibrated by
-# split conformal and private_cp, 5 model seeds x 200 splits (about 2.5 min on a quiet 2-core machine),
+# split conformal and private_cp on the temperature-scaled softmax (T fitted on 200 rows held out of
+# training, as the paper's code scales it), 5 model seeds x 200 splits (about 5 min here),
 # bench/results/paper003_fig3.json
 paper003-fig3: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003_fig3.py
 
 # paper 003, everything offline (issue 51): figure 2 and theorems 2-3 / corollary 1 (theory, with
 # Monte Carlo), figure 3 (bench/paper003_fig3.py, as paper003-fig3), figures 4-6's digits stand-in;
-# writes bench/results/paper003.json and docs/papers/003.md (about 5 min here); ARGS=--quick: 20
-# data sets and splits, figure 3 with 1 model seed (about 2 min, bench/results/paper003_fig3_quick.json)
+# writes bench/results/paper003.json and docs/papers/003.md (about 6.5 min here); ARGS=--quick: 20
+# data sets and splits, figure 3 with 1 model seed (about 1.2 min, bench/results/paper003_fig3_quick.json)
 .PHONY: paper003 paper001
 paper003: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper003.py $(ARGS)
