@@ -97,18 +97,50 @@ def batches(indices: np.ndarray, batch_size: int):
         yield indices[start:start + batch_size]
 
 
-def supervised_round(net, optimizer, data: SiteData, config: TrainingConfig, rng: np.random.Generator) -> None:
-    """`passes` epochs of mini-batch cross-entropy on the training split."""
+def aggregation_penalty(net, config: TrainingConfig, anchor=None, posterior=None):
+    """What the config's aggregation (learning.aggregators) adds to a mini-batch loss of `net`, the
+    network whose weights travel: FedProx's mu/2 ||w - w^t||^2 and pFedMe's lambda/2 ||theta - w_i||^2
+    about `anchor`, pFedBayes's zeta/n KL(q_i || v_i) of `posterior`; None for FedAvg (nothing added).
+    One place for uarl_round (FedType's proxy) and supervised_round (the plain fedavg method)."""
+    terms = []
+    if config.aggregation in ("fedprox", "pfedme"):
+        terms.append(proximal_term(net, anchor, config.mu if config.aggregation == "fedprox" else config.pfedme_lam))
+    if posterior is not None:
+        terms.append(posterior.personal_penalty())
+    return sum(terms[1:], terms[0]) if terms else None
+
+
+def after_aggregation_step(net, config: TrainingConfig, anchor=None, posterior=None) -> None:
+    """What the aggregation does after each optimizer step on `net`: pFedMe moves its local model
+    w_i (`anchor`) by its Moreau update, pFedBayes the localized global distribution v_i."""
+    if config.aggregation == "pfedme":
+        moreau_step(anchor, net, config.pfedme_lr, config.pfedme_lam)
+    if posterior is not None:
+        posterior.global_step()
+
+
+def supervised_round(net, optimizer, data: SiteData, config: TrainingConfig, rng: np.random.Generator,
+                     anchor=None, posterior=None) -> None:
+    """`passes` epochs of mini-batch cross-entropy on the training split. `optimizer` may be a
+    tuple of optimizers (pFedBayes: with the posterior's rho optimizer); `anchor` and `posterior`
+    are the aggregation's, as for uarl_round (aggregation_penalty, after_aggregation_step)."""
     import torch
     import torch.nn.functional as F
 
+    optimizers = optimizer if isinstance(optimizer, (tuple, list)) else (optimizer,)
     net.train()
     for _ in range(config.passes):
         for batch in batches(rng.permutation(len(data.y_train)), config.batch_size):
             index = torch.as_tensor(batch, dtype=torch.long, device=data.y_train.device)
-            optimizer.zero_grad()
-            F.cross_entropy(net(data.X_train[index]), data.y_train[index]).backward()
-            optimizer.step()
+            for each in optimizers:
+                each.zero_grad()
+            x = data.X_train[index]
+            loss = F.cross_entropy(net(x) if posterior is None else posterior.logits(x), data.y_train[index])
+            penalty = aggregation_penalty(net, config, anchor, posterior)
+            (loss if penalty is None else loss + penalty).backward()
+            for each in optimizers:
+                each.step()
+            after_aggregation_step(net, config, anchor, posterior)
     net.eval()
 
 
@@ -176,20 +208,15 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                 loss = F.cross_entropy(zw, y) + forward_kd_loss(zw, zp) + backward
                 if config.proxy_ce:
                     loss = loss + config.proxy_ce * F.cross_entropy(zp, y)
-                if config.aggregation in ("fedprox", "pfedme"):
-                    loss = loss + proximal_term(proxy, anchor, config.mu if config.aggregation == "fedprox"
-                                                else config.pfedme_lam)
-                if posterior is not None:
-                    loss = loss + posterior.personal_penalty()
+                penalty = aggregation_penalty(proxy, config, anchor, posterior)
+                if penalty is not None:
+                    loss = loss + penalty
                 for optimizer in optimizers:
                     optimizer.zero_grad()
                 loss.backward()
                 for optimizer in optimizers:
                     optimizer.step()
-                if config.aggregation == "pfedme":
-                    moreau_step(anchor, proxy, config.pfedme_lr, config.pfedme_lam)
-                if posterior is not None:
-                    posterior.global_step()
+                after_aggregation_step(proxy, config, anchor, posterior)
     private.eval(), proxy.eval()
     mean = lambda parts: float(np.mean(np.concatenate(parts))) if parts else float("nan")  # noqa: E731
     return {"set_size": mean(sizes_s), "private_set_size": mean(sizes_l), "eta": mean(etas), "g": float(g)}

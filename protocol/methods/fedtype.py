@@ -3,6 +3,7 @@
 
   local_only  each site trains its private model on its own data; nothing but metrics leaves it
   fedavg      every site trains the proxy architecture with cross-entropy; weights are averaged
+              (its `aggregation` makes it FedProx, pFedMe or pFedBayes: AggregatedSite)
   fedtype     each site trains a private model of its own architecture and a small proxy of a
               common one by UARL (algorithm 1); only the proxy's weights travel and are averaged
 
@@ -22,6 +23,19 @@ from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, P
                                               LearningSite, PrivateModels, architecture_from)
 from stats.conformal import smallest_calibration
 
+#: the aggregation the shared network (FedType's proxy, fedavg's model) is trained and averaged with
+#: (paper 002 tables 1, 4, 5; learning.aggregators), and each aggregation's options
+AGGREGATION_PARAMS = {
+    "aggregation": {"type": "str", "choices": list(AGGREGATIONS), "default": "fedavg"},
+    "mu": {"type": "float", "ge": 0, "default": 0.01},  # FedProx's mu
+    "pfedme_lam": {"type": "float", "gt": 0, "default": 15.0},  # pFedMe's lambda
+    "pfedme_lr": {"type": "float", "gt": 0, "default": 0.01},  # pFedMe's eta (the local model's step)
+    "zeta": {"type": "float", "ge": 0, "default": 10.0},  # pFedBayes's KL weight
+    "pfedbayes_lr": {"type": "float", "gt": 0, "default": 0.001},  # pFedBayes's localized global step
+}
+#: the aggregations whose sites keep a personalised model (pFedMe's theta_i, pFedBayes's q_i) and send another
+PERSONALISED = ("pfedme", "pfedbayes")
+
 UARL_PARAMS = {
     "lam": {"type": "float", "ge": 0, "default": 0.5},  # lambda of eq. (7)
     "k_reg": {"type": "int", "min": 0, "default": 5},  # kappa_reg of eq. (6)
@@ -34,14 +48,89 @@ UARL_PARAMS = {
     "top_k": {"type": "int", "min": 1, "default": 3},
     "consensus": {"type": "str", "choices": ["eta", "one"], "default": "eta"},
     "calibration": {"type": "str", "choices": list(CALIBRATIONS), "default": "g1"},
-    # the aggregation the proxies are trained and averaged with (tables 1, 4, 5; learning.aggregators)
-    "aggregation": {"type": "str", "choices": list(AGGREGATIONS), "default": "fedavg"},
-    "mu": {"type": "float", "ge": 0, "default": 0.01},  # FedProx's mu
-    "pfedme_lam": {"type": "float", "gt": 0, "default": 15.0},  # pFedMe's lambda
-    "pfedme_lr": {"type": "float", "gt": 0, "default": 0.01},  # pFedMe's eta (the local model's step)
-    "zeta": {"type": "float", "ge": 0, "default": 10.0},  # pFedBayes's KL weight
-    "pfedbayes_lr": {"type": "float", "gt": 0, "default": 0.001},  # pFedBayes's localized global step
+    **AGGREGATION_PARAMS,
 }
+
+
+class AggregatedMethod:
+    """Mixin for a LearningMethod whose global network (global_architecture) is trained and
+    averaged under the `aggregation` parameter (AGGREGATION_PARAMS, learning.aggregators)."""
+
+    def initial_global(self, features, rng):
+        """pFedBayes's global model is a distribution: the network's weights as means, and a rho per
+        weight (learning.aggregators.with_rho); the other aggregations send the weights alone."""
+        weights = super().initial_global(features, rng)
+        if self.params["aggregation"] != "pfedbayes":
+            return weights
+        from learning.aggregators import with_rho
+
+        return with_rho(weights, build_net(self.global_architecture(), features, self.params["classes"], seed=0))
+
+
+class AggregatedSite:
+    """Mixin for a LearningSite: the site's side of its config's aggregation for the network whose
+    weights travel (FedType's proxy, fedavg's model), one way for every method that has one:
+    `start_aggregation` in build, `receive` before the local update, `send` after it."""
+
+    def start_aggregation(self) -> None:
+        self.personalised = False  # pFedMe: theta_i starts from the first global network it is sent
+        self.rho = None  # pFedBayes: q_i's rhos, from the first global distribution's on
+
+    def receive(self, net, weights):
+        """Load the global weights into `net` (p_i^t = p_g^{t-1}, paper 002 section 3.3) and set up
+        the local update: returns (the test accuracy of the received global network, the anchor
+        (FedProx's w^t, pFedMe's w_i; None for FedAvg), the BayesianProxy (pFedBayes; else None)).
+        pFedMe and pFedBayes put the site's personalised network (theta_i, q_i's means) back
+        into `net` after scoring the global one."""
+        import numpy as np
+        import torch
+
+        from learning.aggregators import BayesianProxy, anchor_of, set_parameters, split_posterior
+
+        aggregation = self.config.aggregation
+        personal = anchor_of(net) if aggregation in PERSONALISED and self.personalised else None
+        if aggregation == "pfedbayes" and weights is not None:
+            weights, global_rho = split_posterior(weights)
+        self.load_global(net, weights)
+        received = accuracy(net, self.data.X_test, self.data.y_test)
+        anchor = anchor_of(net) if aggregation != "fedavg" else None
+        if personal is not None:
+            set_parameters(net, personal)
+        self.personalised = True
+        posterior = None
+        if aggregation == "pfedbayes":  # v_i = the global distribution; q_i's rho persists from round 1 on
+            v_rho = [torch.as_tensor(np.asarray(global_rho[name], dtype=np.float32), device=self.device)
+                     for name, _ in net.named_parameters()]
+            rho = self.rho if self.rho is not None else v_rho
+            posterior = BayesianProxy(net, rho, anchor, v_rho, self.config.zeta, len(self.data.y_train),
+                                      self.config.lr, self.config.pfedbayes_lr, self.seed())
+        return received, anchor, posterior
+
+    def send(self, net, anchor, posterior) -> dict:
+        """The weights the site sends after its local update: `net`'s own (FedAvg, FedProx),
+        pFedMe's local model w_i (theta_i stays in `net`), pFedBayes's v_i, means and rhos
+        (q_i's (mu_i, rho_i) stay)."""
+        from learning.aggregators import RHO, anchor_of, set_parameters
+
+        if self.config.aggregation not in PERSONALISED:
+            return get_weights(net, self.precision)
+        theta = anchor_of(net)
+        set_parameters(net, anchor if posterior is None else posterior.v_mu)
+        sent = get_weights(net, self.precision)
+        set_parameters(net, theta)
+        if posterior is not None:
+            self.rho = [r.detach().clone() for r in posterior.rho]
+            sent.update({name + RHO: r.detach().cpu().numpy().astype(self.precision)
+                         for (name, _), r in zip(net.named_parameters(), posterior.v_rho)})
+        return sent
+
+    def global_means(self, weights):
+        """The final global network's weights (pFedBayes: the distribution's means)."""
+        if self.config.aggregation == "pfedbayes" and weights is not None:
+            from learning.aggregators import split_posterior
+
+            return split_posterior(weights)[0]
+        return weights
 
 
 class LocalOnly(PrivateModels, LearningMethod):
@@ -81,13 +170,18 @@ class LocalOnlySite(LearningSite):
         return {"private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test)}
 
 
-class FedAvg(LearningMethod):
+class FedAvg(AggregatedMethod, LearningMethod):
+    """Every site trains the proxy architecture with cross-entropy; the server averages. Its
+    `aggregation` (AGGREGATION_PARAMS) makes it FedProx, pFedMe or pFedBayes instead, with the
+    same site machinery as FedType's proxy (AggregatedSite): paper 002 table 5's homogeneous row."""
+
     name = "fedavg"
-    PARAMS = {**LEARNING_PARAMS, "proxy": PROXY_MODEL}
+    PARAMS = {**LEARNING_PARAMS, "proxy": PROXY_MODEL, **AGGREGATION_PARAMS}
     primary = "global_accuracy"
 
     def setup_request(self, index):
-        return {**super().setup_request(index), "proxy": self.params["proxy"]}
+        return {**super().setup_request(index), "proxy": self.params["proxy"],
+                **{key: self.params[key] for key in AGGREGATION_PARAMS}}
 
     def global_architecture(self):
         return self.params["proxy"]
@@ -97,30 +191,37 @@ class FedAvg(LearningMethod):
         return FedAvgSite(rows, rng)
 
 
-class FedAvgSite(LearningSite):
-    """The site's model is the proxy architecture; it starts each round from the global weights."""
+class FedAvgSite(AggregatedSite, LearningSite):
+    """The site's model is the proxy architecture; it starts each round from the global weights
+    (pFedMe, pFedBayes: from its personalised model, the global one its anchor / prior)."""
 
-    extra_keys = ("proxy",)
+    extra_keys = ("proxy", *AGGREGATION_PARAMS)
 
     def build(self, body, features):
         self.model = build_net(architecture_from(body, "proxy"), features, self.classes, self.seed()).to(self.device)
+        self.start_aggregation()
         return {"private_parameters": parameter_count(self.model), "proxy_parameters": parameter_count(self.model)}
 
     def train_round(self, weights):
         from learning.train import supervised_round
 
-        self.load_global(self.model, weights)
-        received = accuracy(self.model, self.data.X_test, self.data.y_test)
-        supervised_round(self.model, self.optimizer(self.model), self.data, self.config, self.rng)
-        return get_weights(self.model, self.precision), {
+        received, anchor, posterior = self.receive(self.model, weights)
+        optimizer = self.optimizer(self.model)
+        supervised_round(self.model, optimizer if posterior is None else (optimizer, posterior.rho_optimizer),
+                         self.data, self.config, self.rng, anchor, posterior)
+        return self.send(self.model, anchor, posterior), {
             "global_accuracy": received, "private_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
 
     def evaluate(self, weights):
-        self.load_global(self.model, weights)
-        return {"global_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
+        """The final global model's accuracy; under pFedMe / pFedBayes also the site's personalised
+        model's (theta_i, q_i's means), as private_accuracy."""
+        personal = ({"private_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test)}
+                    if self.config.aggregation in PERSONALISED else {})
+        self.load_global(self.model, self.global_means(weights))
+        return {"global_accuracy": accuracy(self.model, self.data.X_test, self.data.y_test), **personal}
 
 
-class FedType(PrivateModels, LearningMethod):
+class FedType(AggregatedMethod, PrivateModels, LearningMethod):
     name = "fedtype"
     PARAMS = {**LEARNING_PARAMS, "private_models": PRIVATE_MODELS, "proxy": PROXY_MODEL, **UARL_PARAMS}
 
@@ -132,17 +233,6 @@ class FedType(PrivateModels, LearningMethod):
     def global_architecture(self):
         return self.params["proxy"]
 
-    def initial_global(self, features, rng):
-        """pFedBayes's global model is a distribution: the proxy's weights as means, and a rho per
-        weight (learning.aggregators.with_rho); the other aggregations send the weights alone."""
-        weights = super().initial_global(features, rng)
-        if self.params["aggregation"] != "pfedbayes":
-            return weights
-        from learning.aggregators import with_rho
-        from learning.nets import build_net
-
-        return with_rho(weights, build_net(self.params["proxy"], features, self.params["classes"], seed=0))
-
     @classmethod
     def site(cls, rows, rng, site_id):
         return FedTypeSite(rows, rng)
@@ -152,7 +242,7 @@ class FedType(PrivateModels, LearningMethod):
         return {"epsilon": None, "model": "proxy weights in the clear; private models stay at the sites"}
 
 
-class FedTypeSite(LearningSite):
+class FedTypeSite(AggregatedSite, LearningSite):
     extra_keys = ("private", "proxy", *UARL_PARAMS)
 
     def build(self, body, features):
@@ -171,65 +261,30 @@ class FedTypeSite(LearningSite):
         self.private_optimizer = self.optimizer(self.private)
         self.state = UARLState()
         self.penalty = self.config.lam
-        self.personalised = False  # pFedMe: theta_i starts from the first global proxy it is sent
-        self.rho = None  # pFedBayes: q_i's rhos, from the first global distribution's on
+        self.start_aggregation()
         return {"private_parameters": parameter_count(self.private), "proxy_parameters": parameter_count(self.proxy)}
 
     def train_round(self, weights):
-        import numpy as np
-        import torch
-
-        from learning.aggregators import RHO, BayesianProxy, anchor_of, set_parameters, split_posterior
         from learning.train import uarl_round
 
-        aggregation = self.config.aggregation
-        # pFedMe, pFedBayes: the personalised proxy (theta_i, q_i's means) persists at the site
-        keeps = aggregation in ("pfedme", "pfedbayes") and self.personalised
-        personal = anchor_of(self.proxy) if keeps else None
-        if aggregation == "pfedbayes" and weights is not None:
-            weights, global_rho = split_posterior(weights)
-        self.load_global(self.proxy, weights)  # p_i^t = p_g^{t-1} (section 3.3)
-        received = accuracy(self.proxy, self.data.X_test, self.data.y_test)
-        anchor = anchor_of(self.proxy) if aggregation != "fedavg" else None  # FedProx's w^t, pFedMe's w_i
-        if personal is not None:
-            set_parameters(self.proxy, personal)
-        self.personalised = True
-        optimizers, posterior = (self.private_optimizer, self.optimizer(self.proxy)), None
-        if aggregation == "pfedbayes":  # v_i = the global distribution; q_i's rho persists from round 1 on
-            v_rho = [torch.as_tensor(np.asarray(global_rho[name], dtype=np.float32), device=self.device)
-                     for name, _ in self.proxy.named_parameters()]
-            rho = self.rho if self.rho is not None else v_rho
-            posterior = BayesianProxy(self.proxy, rho, anchor, v_rho, self.config.zeta, len(self.data.y_train),
-                                      self.config.lr, self.config.pfedbayes_lr, self.seed())
+        received, anchor, posterior = self.receive(self.proxy, weights)
+        optimizers = (self.private_optimizer, self.optimizer(self.proxy))
+        if posterior is not None:
             optimizers = (*optimizers, posterior.rho_optimizer)
         stats = uarl_round(self.private, self.proxy, optimizers, self.data, self.config, self.state, self.rng,
-                           anchor if aggregation != "pfedbayes" else None, posterior)
+                           anchor, posterior)
         self.penalty = stats["g"]
         metrics = {"global_accuracy": received, **stats,
                    "private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
                    "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
-        if aggregation not in ("pfedme", "pfedbayes"):
-            return get_weights(self.proxy, self.precision), metrics
-        theta = anchor_of(self.proxy)  # pFedMe sends its local model w_i and keeps theta_i
-        set_parameters(self.proxy, anchor if posterior is None else posterior.v_mu)  # pFedBayes: v_i's means
-        sent = get_weights(self.proxy, self.precision)
-        set_parameters(self.proxy, theta)
-        if posterior is not None:  # and v_i's rhos; q_i's (mu_i, rho_i) stay
-            self.rho = [r.detach().clone() for r in posterior.rho]
-            sent.update({name + RHO: r.detach().cpu().numpy().astype(self.precision)
-                         for (name, _), r in zip(self.proxy.named_parameters(), posterior.v_rho)})
-        return sent, metrics
+        return self.send(self.proxy, anchor, posterior), metrics
 
     def evaluate(self, weights):
         from learning.train import set_coverage
 
         proxy_accuracy = accuracy(self.proxy, self.data.X_test, self.data.y_test)  # the site's own last proxy
         coverage, size = set_coverage(self.proxy, self.data, self.config, self.penalty, self.rng)
-        if self.config.aggregation == "pfedbayes" and weights is not None:  # the global distribution's means
-            from learning.aggregators import split_posterior
-
-            weights = split_posterior(weights)[0]
-        self.load_global(self.proxy, weights)
+        self.load_global(self.proxy, self.global_means(weights))
         return {"private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
                 "proxy_accuracy": proxy_accuracy, "set_coverage": coverage, "test_set_size": size,
                 "global_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
