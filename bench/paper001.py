@@ -119,7 +119,7 @@ def figure2_rows(fig2: dict, time_here: str) -> list[list]:
     f1, f1w, _, c1 = ours(left, 1.0, flat)
     f5, f5w, _, _ = ours(left, 5.0, flat)
     t1, t1w, _, ct = ours(left, 1.0, thm2)
-    why = ("{against}; the paper's order, the worst level of 10-run means (max_p mean_runs, never larger than the mean "
+    why = ("{against}; the paper's order, the worst level of " + str(PAPER_FIG2_RUNS) + "-run means (max_p mean_runs, never larger than the mean "
            "of each run's worst, which gives {first}); " + where + "; details in " + FIG2)
     rows.append(["Figure 2 left: flat histogram, estimated n, at epsilon 1", f"{paper[('left', flat, 1.0)]:.2f}",
                  f"{f1:.3f}", verdict(abs(f1 - paper[("left", flat, 1.0)]) <= c1),
@@ -131,7 +131,8 @@ def figure2_rows(fig2: dict, time_here: str) -> list[list]:
     rows.append(["Figure 2 left: hierarchical at epsilon 1", f"{paper[('left', thm2, 1.0)]:.2f}",
                  f"{t1:.3f} (theorem 2 as printed; exact sensitivities {ours(left, 1.0, 'hierarchical')[0]:.3f})",
                  verdict(abs(t1 - paper[("left", thm2, 1.0)]) <= ct),
-                 "the paper's 0.09 is the hierarchical estimator with theorem 2's sensitivity as printed; "
+                 f"the paper's {paper[('left', thm2, 1.0)]:g} is the hierarchical estimator with theorem 2's sensitivity "
+                 "as printed; "
                  + why.format(against=against(t1, paper[("left", thm2, 1.0)], ct), first=f"{t1w:.3f}"), cmd, time_here])
     pf, pt = paper[("right", flat, 1.0)], paper[("right", thm2, 1.0)]
     fits = {panel: (abs(ours(panel, 1.0, flat)[0] - pf) <= ours(panel, 1.0, flat)[3],
@@ -140,7 +141,7 @@ def figure2_rows(fig2: dict, time_here: str) -> list[list]:
     closest = min(right, key=lambda panel: abs(ours(panel, 1.0, flat)[0] - pf) / ours(panel, 1.0, flat)[3]
                   + abs(ours(panel, 1.0, thm2)[0] - pt) / ours(panel, 1.0, thm2)[3])
     fmt = lambda est: ", ".join(f"{ours(p, 1.0, est)[0]:.3f} ({label(p)})" for p in right)  # noqa: E731
-    right_why = (f"the right plot is an n = 128 panel the text does not name; {len(both)} of the {len(right)} candidates "
+    right_why = (f"the right plot is an n = {'/'.join(sorted({str(p[1]) for p in right}))} panel the text does not name; {len(both)} of the {len(right)} candidates "
                  f"have both values within one chance sd of {pf:.2f} and {pt:.2f}"
                  + (f" ({'; '.join(label(p) for p in both)})" if both else "")
                  + f"; nearest in sds: {label(closest)} (chance sd {ours(closest, 1.0, flat)[3]:.3f} flat, "
@@ -150,8 +151,8 @@ def figure2_rows(fig2: dict, time_here: str) -> list[list]:
     rows.append(["Figure 2 right: hierarchical at epsilon 1", f"{pt:.2f}", fmt(thm2), verdict(bool(both)),
                  "as above (theorem 2 as printed); " + right_why, cmd, time_here])
     order = [ours(panel, 1.0, flat)[0] <= ours(panel, 1.0, thm2)[0] for panel in panels]
-    rows.append(["Figure 2: flat beats hierarchical at small epsilon", "flat (error 0.03) vastly outperforms "
-                 "hierarchical (0.09) at epsilon 1", f"flat below hierarchical (theorem 2 as printed) at epsilon 1 on "
+    rows.append(["Figure 2: flat beats hierarchical at small epsilon", f"flat (error {paper[('left', flat, 1.0)]:g}) "
+                 f"vastly outperforms hierarchical ({paper[('left', thm2, 1.0)]:g}) at epsilon 1", f"flat below hierarchical (theorem 2 as printed) at epsilon 1 on "
                  f"{sum(order)} of {len(panels)} panels", verdict(all(order)),
                  "flat's worst-of-means error at or below hierarchical's on every panel" if all(order)
                  else f"hierarchical is below flat on {len(panels) - sum(order)} panels: see " + FIG2,
@@ -164,7 +165,7 @@ def figure2_rows(fig2: dict, time_here: str) -> list[list]:
     rows.append(["Figure 2: at epsilon >= 10 all methods within one sd", "yes",
                  f"left panel at 10: flat {a:.3f} (sd {sa:.3f}) vs theorem 2 {b:.3f} (sd {sb:.3f})", verdict(close),
                  f"{abs(a - b):.3f} apart, {'within' if close else 'beyond'} the larger sd, in the paper's order (worst "
-                 "of 10-run means, sd of such a group); in the mean of each run's worst they are "
+                 f"of {PAPER_FIG2_RUNS}-run means, sd of such a group); in the mean of each run's worst they are "
                  f"{'' if abs(aw - bw) <= swd else 'not '}({aw:.3f} against {bw:.3f}, sd {swd:.3f}): " + FIG2,
                  cmd, time_here])
     return rows
@@ -193,8 +194,8 @@ def figure3_rows(fig3: dict, poisson: dict, time_here: str) -> list[list]:
     ratio = [s[k]["sigma_update"] / ps[k]["sigma_update"] for k in private]
     tail5 = [_tails(fig3, f"{v}@5") for _, v in variants]
     tail_all = [_tails(fig3, f"{v}@{e}")[0] for _, v in variants for e in eps_all]
-    cause = ("our accounting: 100 of 2,500 clients sampled without replacement, a client replaced (Wang, Balle, "
-             "Kasiviswanathan 2019), where the paper uses Zhu and Wang's Poisson add/remove bound: "
+    cause = (f"our accounting: {tail5[0][1]:.0f} of {fig3['setting']['training']:,} clients sampled without "
+             "replacement, a client replaced (Wang, Balle, Kasiviswanathan 2019), where the paper uses Zhu and Wang's Poisson add/remove bound: "
              f"{span(ratio)} times more noise (sigma ours / Poisson's, over the private runs); under it the losses clip "
              f"into the top bin and DP-Δ-FL's tail at epsilon 5 is {span([t for t, _ in tail5])} of "
              f"{tail5[0][1]:.0f} clients a round ({span(tail_all, 0)} over epsilon; non-private Δ-FL: "
