@@ -6,7 +6,8 @@ stand-in, run and written to bench/results/paper002.json, rendered into docs/pap
 Each experiment is a scenario of scenarios/paper002/ plus overrides, run in-process (the same
 sessions as over site processes) for `trials` seeded trials; accuracies are means over sites,
 then over trials. --quick: 10 rounds, 1 trial (minutes); the default: the scenarios' 30 rounds,
-3 trials. Table 9 (training time per epoch) is timed directly on one site's data
+3 trials. --experiment NAME (repeatable) reruns only those, at their own rounds and trials, keeping
+the others' numbers: every experiment records its own, and each row of the page names them. Table 9 (training time per epoch) is timed directly on one site's data
 (`epoch_seconds`).
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.paper_pages import SUMMARY_COLUMNS, problems, results_path  # noqa: E402
+from bench.paper_pages import SUMMARY_COLUMNS, problems, publish, results_path  # noqa: E402
 
 S = "scenarios/paper002/"
 #: name: (scenario, overrides); the scalability runs sample a fifth of the sites a round and run five
@@ -65,16 +66,21 @@ T2_NAMES = {"fedtype_sym": "FedType_sym", "fedtype_topk": "FedType_TopK (K = 3)"
 PAPER_T3 = {"proxy_8": ("ShuffleNet-V2", 88.86), "proxy_16": ("MobileNet-V1", 88.93),
             "proxy_32": ("EfficientNet-B0", 89.55), "proxy_64": ("ResNet-18", 91.22)}  # FMNIST alpha 0.5
 PAPER_T4 = {  # FMNIST: family -> aggregation -> (global, proxy, private)
-    "mlp": {"fedavg": (84.55, 89.63, 91.12), "fedprox": (85.51, 91.86, 93.61), "pfedme": (87.41, 93.55, 93.64)},
-    "mix": {"fedavg": (83.93, 89.45, 91.22), "fedprox": (86.44, 91.50, 93.84), "pfedme": (87.13, 92.05, 92.36)},
-    "cnn": {"fedavg": (83.22, 88.87, 90.86), "fedprox": (84.31, 91.07, 92.46), "pfedme": (86.65, 91.77, 92.20)},
+    "mlp": {"fedavg": (84.55, 89.63, 91.12), "fedprox": (85.51, 91.86, 93.61), "pfedme": (87.41, 93.55, 93.64),
+            "pfedbayes": (87.62, 92.33, 94.86)},
+    "mix": {"fedavg": (83.93, 89.45, 91.22), "fedprox": (86.44, 91.50, 93.84), "pfedme": (87.13, 92.05, 92.36),
+            "pfedbayes": (87.85, 92.11, 93.17)},
+    "cnn": {"fedavg": (83.22, 88.87, 90.86), "fedprox": (84.31, 91.07, 92.46), "pfedme": (86.65, 91.77, 92.20),
+            "pfedbayes": (87.04, 91.98, 92.46)},
 }
-PAPER_T5 = {"homo": {"fedavg": 92.86, "fedprox": 94.05, "pfedme": 94.26},
-            "big": {"fedavg": 91.35, "fedprox": 94.12, "pfedme": 93.45},
-            "fedtype": {"fedavg": 91.22, "fedprox": 93.84, "pfedme": 92.36}}  # FMNIST
+PAPER_T5 = {"homo": {"fedavg": 92.86, "fedprox": 94.05, "pfedme": 94.26, "pfedbayes": 94.87},
+            "big": {"fedavg": 91.35, "fedprox": 94.12, "pfedme": 93.45, "pfedbayes": 94.33},
+            "fedtype": {"fedavg": 91.22, "fedprox": 93.84, "pfedme": 92.36, "pfedbayes": 93.17}}  # FMNIST
 PAPER_T6 = {50: (62.88, 84.33, 86.74), 100: (59.40, 81.46, 84.26), 300: (56.01, 77.90, 80.15)}  # CIFAR-10
 PAPER_T9 = {"private": (265.67, 238.00), "proxy": (161.33, 129.67)}  # FMNIST s/epoch: FedType, the plain one
-AGGREGATIONS = ("fedavg", "fedprox", "pfedme")
+AGGREGATIONS = ("fedavg", "fedprox", "pfedme", "pfedbayes")
+NAMES = {"fedavg": "FedAvg", "fedprox": "FedProx", "pfedme": "pFedMe", "pfedbayes": "pFedBayes"}
+PERSONALISED, GENERAL = ("pfedme", "pfedbayes"), ("fedavg", "fedprox")
 
 
 def run_experiment(job: tuple) -> tuple[str, dict]:
@@ -111,7 +117,7 @@ def run_experiment(job: tuple) -> tuple[str, dict]:
             [number(row[k]) for k in ("global_accuracy", "proxy_accuracy", "private_accuracy", "eta", "set_size",
                                       "private_set_size")])
     report = {"scenario": path, "overrides": overrides, "seconds": round(time.perf_counter() - started, 1),
-              "methods": {}}
+              "rounds": rounds, "trials": trials, "methods": {}}
     for method, entry in methods.items():
         report["methods"][method] = {
             **{k: float(np.nanmean(v)) for k, v in entry.items()},
@@ -170,12 +176,33 @@ def ordered(g: float, p: float, w: float) -> bool:
 
 
 def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: int, took: dict) -> list[dict]:
-    """The page's tables from the experiments' numbers (accuracies in %)."""
+    """The page's tables from the experiments' numbers (accuracies in %). Each experiment carries
+    its own rounds and trials (a rerun of some at more trials keeps the others' numbers); a row
+    names the sizes of the experiments it reads."""
     m = lambda exp, label: report[exp]["methods"][label]  # noqa: E731
     gpp = lambda e: (pct(e["global"]), pct(e["proxy"]), pct(e["private"]))  # noqa: E731
-    size = f"{'quick run: ' if quick else ''}{rounds} rounds, {trials} trial(s)"
-    cmd = "make paper002" + (" ARGS=--quick" if quick else "")
+    trials_of = lambda *names: sorted({report[n].get("trials", trials) for n in names})  # noqa: E731
+    rounds_of = lambda *names: sorted({report[n].get("rounds", rounds) for n in names})  # noqa: E731
+
+    def size(*names) -> str:
+        t = trials_of(*names)
+        return (f"{'quick run: ' if quick else ''}{'/'.join(map(str, rounds_of(*names)))} rounds, "
+                f"{'/'.join(map(str, t))} trial{'s' if t != [1] else ''}")
+
+    def one(*names) -> str:
+        """'one trial' or 'N trials' (the noise caveat of a row)."""
+        t = trials_of(*names)
+        return "one trial" if t == [1] else f"{'/'.join(map(str, t))} trials"
+
+    def cmd(*names) -> str:
+        t = trials_of(*names)
+        if quick:
+            return "make paper002 ARGS=--quick" if t == [1] else f"make paper002 ARGS='--quick --trials {t[-1]}'"
+        return "make paper002"
+
     seconds = lambda *names: f"{sum(report[n]['seconds'] for n in names):.0f} s"  # noqa: E731
+    aggs = ("aggregators-a1.0", "aggregators-a0.5", "aggregators-a0.1")
+    names4 = "/".join(NAMES[a] for a in AGGREGATIONS)
     summary, tables = [], []
 
     # table 1: aggregators x alpha
@@ -197,23 +224,23 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                    "rows": rows})
     summary.append(["Table 1: private > proxy > global, every aggregation and alpha",
                     "holds in all 36 cells (FMNIST, CIFAR-10, CIFAR-100 x 4 aggregations)",
-                    f"holds in {ordered_count} of {total} (digits, alpha 1.0/0.5/0.1 x FedAvg/FedProx/pFedMe)",
+                    f"holds in {ordered_count} of {total} (digits, alpha 1.0/0.5/0.1 x {names4})",
                     "reproduced" if ordered_count == total else "differs",
                     "stand-in digits for FMNIST/CIFAR; " + (
                         "" if ordered_count == total else f"{total - ordered_count} cell(s) out of order: see table1; ")
-                    + size, cmd, seconds("aggregators-a1.0", "aggregators-a0.5", "aggregators-a0.1")])
+                    + size(*aggs), cmd(*aggs), seconds(*aggs)])
     beats = [(alpha, pct(m(f"aggregators-a{alpha}", "fedtype_fedavg")["private"]),
               max(pct(m(f"aggregators-a{alpha}", b)["private"]) for b in ("fml", "fedproto"))) for alpha in (1.0, 0.5, 0.1)]
     won = sum(ours > best for _, ours, best in beats)
     summary.append(["Table 1: FedType_private (FedAvg) above FML and FedProto", "8 of 9 cells (all but CIFAR-100 alpha 1)",
                     f"{won} of 3 alphas: " + ", ".join(f"{o:.1f} vs {b:.1f}" for _, o, b in beats),
                     "reproduced" if won >= 2 else "differs",
-                    "" if won >= 2 else f"FML {'above' if beats[1][2] > beats[1][1] else 'below'} by "
-                    f"{min(b - o for _, o, b in beats):.1f} to {max(b - o for _, o, b in beats):.1f} points: its meme "
-                    "learns from the labels (cross-entropy in its loss), FedType's proxy only by distillation (eq. 1), so "
-                    "FML's shared model carries more to the private one; one trial, where make paper002-baselines "
-                    "measured FedType and FML within their 95% intervals of each other on digits; " + size,
-                    cmd, seconds("aggregators-a0.5")])
+                    ("" if won >= 2 else "the best of FML and FedProto above by "
+                     f"{min(b - o for _, o, b in beats):.1f} to {max(b - o for _, o, b in beats):.1f} points: FML's meme "
+                     "learns from the labels (cross-entropy in its loss), FedType's proxy only by distillation (eq. 1), so "
+                     f"FML's shared model carries more to the private one; {one(*aggs)}, where make paper002-baselines "
+                     "measured FedType and FML within their 95% intervals of each other on digits; ") + size(*aggs),
+                    cmd(*aggs), seconds(*aggs)])
     eq3 = gpp(m("aggregators-a0.5", "fedtype_eq3"))
     mass = gpp(m("aggregators-a0.5", "fedtype_fedavg"))
     summary.append(["Eq. (3) read as printed vs as the mass on S (alpha 0.5, FedAvg)", "private > proxy > global",
@@ -221,25 +248,58 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                     " (private/proxy/global)",
                     "reproduced" if ordered(*mass) else "differs",
                     "the page says which reading Quorum runs and why" + ("" if ordered(*mass) else
-                                                                       "; set-mass ordering broken here: " + size),
-                    cmd, seconds("aggregators-a0.5")])
-    glob = {agg: np.mean([m(f"aggregators-a{a}", f"fedtype_{agg}")["global"] for a in (1.0, 0.5, 0.1)])
-            for agg in AGGREGATIONS}
+                                                                       "; set-mass ordering broken here: " +
+                                                                       size("aggregators-a0.5")),
+                    cmd("aggregators-a0.5"), seconds("aggregators-a0.5")])
+    mean_over_alpha = lambda agg, key: np.mean([m(f"aggregators-a{a}", f"fedtype_{agg}")[key]  # noqa: E731
+                                                for a in (1.0, 0.5, 0.1)])
+    glob = {agg: mean_over_alpha(agg, "global") for agg in AGGREGATIONS}
     paper_glob = {agg: np.mean([PAPER_T1[a][agg][0] for a in (1.0, 0.5, 0.1)]) for agg in AGGREGATIONS}
     same = sorted(glob, key=glob.get) == sorted(paper_glob, key=paper_glob.get)
     summary.append(["Table 1: global accuracy by aggregation (mean over alpha)",
-                    ", ".join(f"{a} {paper_glob[a]:.1f}" for a in AGGREGATIONS) + " (FMNIST)",
-                    ", ".join(f"{a} {pct(glob[a]):.1f}" for a in AGGREGATIONS),
+                    ", ".join(f"{NAMES[a]} {paper_glob[a]:.1f}" for a in AGGREGATIONS) + " (FMNIST)",
+                    ", ".join(f"{NAMES[a]} {pct(glob[a]):.1f}" for a in AGGREGATIONS),
                     "reproduced" if same else "differs",
-                    ("" if same else "pFedMe's global model is the mean of the sites' local models w_i, which move only "
-                     "eta * lambda = 0.15 of the way to the personalised proxy per step while lambda = 15 holds the "
-                     "proxy near them; in 10 rounds it lags far behind (pFedMe's own paper runs 800 rounds); FedProx's "
-                     "proximal term keeps the sites' proxies close, so their average is a better model than FedAvg's; ")
-                    + size, cmd, seconds("aggregators-a1.0", "aggregators-a0.5", "aggregators-a0.1")])
-    summary.append(["pFedBayes rows (tables 1, 4, 5)", "FedType under pFedBayes best in 7 of 9 table-1 cells",
-                    "not run", "differs", "pFedBayes (a variational Bayesian proxy, Zhang et al. 2022) is not "
-                    "implemented: left out in this issue's time rather than done badly; FedAvg, FedProx, pFedMe are",
-                    "", ""])
+                    ("" if same else "the order differs (the paper's rises FedAvg < FedProx < pFedMe < pFedBayes); "
+                     "the personalised aggregations' global model is the mean of what the sites send (pFedMe's w_i, "
+                     "pFedBayes's localized global means), which moves only slowly towards the sites' personalised "
+                     "proxies (pFedMe: eta * lambda = 0.15 of the way per step, lambda = 15 holding the proxy near "
+                     "w_i; pFedBayes: v_i at its own learning rate 1e-3): in 10 rounds it lags (pFedMe's own paper "
+                     "runs 800 rounds); FedProx's proximal term keeps the sites' proxies close, so their average is "
+                     "a better model than FedAvg's; ") + size(*aggs), cmd(*aggs), seconds(*aggs)])
+    private = {agg: mean_over_alpha(agg, "private") for agg in AGGREGATIONS}
+    paper_private = {agg: np.mean([PAPER_T1[a][agg][2] for a in (1.0, 0.5, 0.1)]) for agg in AGGREGATIONS}
+    personal, general = (np.mean([private[a] for a in PERSONALISED]), np.mean([private[a] for a in GENERAL]))
+    paper_personal = np.mean([paper_private[a] for a in PERSONALISED])
+    paper_general = np.mean([paper_private[a] for a in GENERAL])
+    summary.append(["Table 1 (section 4.2.1): personalised aggregations (pFedMe, pFedBayes) above general ones "
+                    "(FedAvg, FedProx)",
+                    f"FedType_private mean over alpha and the pair: {paper_personal:.1f} vs {paper_general:.1f} (FMNIST; "
+                    + ", ".join(f"{NAMES[a]} {paper_private[a]:.1f}" for a in AGGREGATIONS) + ")",
+                    f"{pct(personal):.1f} vs {pct(general):.1f} ("
+                    + ", ".join(f"{NAMES[a]} {pct(private[a]):.1f}" for a in AGGREGATIONS) + ")",
+                    "reproduced" if personal > general else "differs",
+                    (f"by {pct(personal - general):.1f} points, less than one digits trial's spread (1-4 points; "
+                     f"{one(*aggs)}); " if 0 < personal - general < 0.01 else "") +
+                    ("" if personal > general else f"the personalised pair {pct(general - personal):.1f} points below: "
+                     "the private model is what FedType delivers, and it learns from the site's proxy; a personalised "
+                     "proxy (pFedMe's theta_i held near w_i by lambda = 15, pFedBayes's q_i pulled to v_i by zeta = 10 "
+                     "and trained on sampled weights) moves less per round than FedAvg's, so in 10 rounds it has less "
+                     f"to teach; {one(*aggs)}; ") + size(*aggs), cmd(*aggs), seconds(*aggs)])
+    best = {alpha: max(AGGREGATIONS, key=lambda a: m(f"aggregators-a{alpha}", f"fedtype_{a}")["private"])
+            for alpha in (1.0, 0.5, 0.1)}
+    paper_best = {alpha: max(AGGREGATIONS, key=lambda a: PAPER_T1[alpha][a][2]) for alpha in (1.0, 0.5, 0.1)}
+    won = sum(b == "pfedbayes" for b in best.values())
+    summary.append(["Table 1: FedType_private best under pFedBayes",
+                    f"best in 7 of 9 cells; FMNIST {sum(b == 'pfedbayes' for b in paper_best.values())} of 3 (FedProx "
+                    "at alpha 0.5)",
+                    f"{won} of 3 alphas (best: " + ", ".join(f"{a} {NAMES[b]}" for a, b in best.items()) + ")",
+                    "reproduced" if won >= 2 else "differs",
+                    ("" if won >= 2 else "pFedBayes's proxy is trained on one sampled weight per step (sigma starting "
+                     "at 0.05) and pulled to the global distribution by zeta / n_i KL per point, a noisier, slower "
+                     "teacher in 10 rounds than the paper's 100+; the private models lie within "
+                     f"{pct(max(private.values()) - min(private.values())):.1f} points of each other over the four "
+                     f"aggregations (mean over alpha), {one(*aggs)}; ") + size(*aggs), cmd(*aggs), seconds(*aggs)])
 
     # table 2 and figure 3
     rows = []
@@ -254,23 +314,23 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
     for exp, paper_name in (("ablations", "CIFAR-10"), ("ablations-silo", "Fed-ISIC19")):
         full = m(exp, "fedtype")["private"]
         variants = {label: m(exp, label)["private"] for label in PAPER_T2 if label != "fedtype"}
-        best = all(full >= v for v in variants.values())
+        best_full = all(full >= v for v in variants.values())
         sym_worst = min(variants, key=variants.get) == "fedtype_sym"
         summary.append([f"Table 2 ({paper_name} column): every component helps, FedType_sym worst",
                         "FedType above each variant by 0.6-4.6 points; sym lowest",
                         f"FedType {pct(full):.1f}; variants " + ", ".join(f"{T2_NAMES[k].split(' ')[0]} {pct(v):.1f}"
                                                                          for k, v in variants.items()),
-                        "reproduced" if best and sym_worst else "differs",
-                        ("" if best and sym_worst else
+                        "reproduced" if best_full and sym_worst else "differs",
+                        ("" if best_full and sym_worst else
                          "below FedType: " + (", ".join(f"{T2_NAMES[k].split(' ')[0]} by {pct(full - v):.1f}"
                                                        for k, v in variants.items() if v < full) or "none")
                          + "".join(f"; {T2_NAMES[k].split(' ')[0]} above by {pct(v - full):.1f}"
                                    for k, v in variants.items() if v >= full)
-                         + " points; one trial, where make paper002-baselines measured a single digits trial's spread at "
+                         + f" points; {one(exp)}, where make paper002-baselines measured a single digits trial's spread at "
                          "about 1-4 points (standard errors 0.3-1.9 over 5 trials), so a variant within ~2 points of "
                          "FedType is not ordered; ")
-                        + f"stand-in digits; {size}",
-                        cmd, seconds(exp)])
+                        + f"stand-in digits; {size(exp)}",
+                        cmd(exp), seconds(exp)])
     g = {label: m("ablations", label)["private"] for label in ("fedtype", "fedtype_g2", "fedtype_g3", "fedtype_g4")}
     tables.append({"name": "figure3", "title": "Figure 3 stand-in: private accuracy (%) per calibration function g",
                    "columns": ["g (for Delta < 0)", "formula", "ours, digits 8 sites"],
@@ -288,9 +348,9 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                      + (", g1" if g["fedtype"] > g["fedtype_g2"] else "") + f"; best: "
                      f"{max(g, key=g.get).replace('fedtype_', '').replace('fedtype', 'g1')}; g differs from g2 only in "
                      "the epochs after the proxy's validation accuracy fell, measured on the site's ~22 validation points, "
-                     f"and the four lie within {pct(max(g.values()) - min(g.values())):.1f} points in one trial; ")
-                    + f"digits; {size}",
-                    cmd, seconds("ablations")])
+                     f"and the four lie within {pct(max(g.values()) - min(g.values())):.1f} points ({one('ablations')}); ")
+                    + f"digits; {size('ablations')}",
+                    cmd("ablations"), seconds("ablations")])
 
     # table 3
     rows = [[PAPER_T3[label][0], PAPER_T3[label][1], f"MLP {label.split('_')[1]}", pct(m("proxies", label)["private"]),
@@ -298,16 +358,17 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
     tables.append({"name": "table3", "title": "Table 3 stand-in: proxy size (digits, FedAvg)",
                    "columns": ["the paper's proxy", "the paper, FMNIST alpha 0.5 (private)", "our proxy",
                                "ours, private", "ours, proxy"], "rows": rows})
-    private = [m("proxies", label)["private"] for label in PAPER_T3]
-    rising = sum(b >= a for a, b in zip(private, private[1:]))
+    private_by_proxy = [m("proxies", label)["private"] for label in PAPER_T3]
+    rising = sum(b >= a for a, b in zip(private_by_proxy, private_by_proxy[1:]))
     summary.append(["Table 3: a bigger proxy, a better private model", "rises with size (88.86 to 91.22 on FMNIST)",
-                    " < ".join(f"{pct(v):.1f}" for v in private) + f" ({rising} of 3 steps up)",
+                    " < ".join(f"{pct(v):.1f}" for v in private_by_proxy) + f" ({rising} of 3 steps up)",
                     "reproduced" if rising == 3 else "differs",
-                    "" if rising == 3 else f"not monotone in {3 - rising} step(s), within {pct(max(private) - min(private)):.1f} "
-                    "points; the proxy itself gains with width (table3: "
-                    + " / ".join(f"{pct(m('proxies', label)['proxy']):.0f}" for label in PAPER_T3)
+                    "" if rising == 3 else f"not monotone in {3 - rising} step(s), within "
+                    f"{pct(max(private_by_proxy) - min(private_by_proxy)):.1f} points; the proxy itself gains with width "
+                    "(table3: " + " / ".join(f"{pct(m('proxies', label)['proxy']):.0f}" for label in PAPER_T3)
                     + "), the private model does not follow: on digits the private CNNs and MLPs already reach ~90% "
-                    f"alone and take little from any proxy in 10 rounds; one trial; {size}", cmd, seconds("proxies")])
+                    f"alone and take little from any proxy in 10 rounds; {one('proxies')}; {size('proxies')}",
+                    cmd("proxies"), seconds("proxies")])
 
     # table 4 and 5
     rows, ordered_count = [], 0
@@ -321,36 +382,51 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
     tables.append({"name": "table4", "title": "Table 4 stand-in: private-model families (digits, alpha 0.5)",
                    "columns": ["private pool", "aggregation", "global", "proxy", "private",
                                "the paper, FMNIST (global/proxy/private)"], "rows": rows})
-    summary.append(["Table 4: private > proxy > global for every family and aggregation", "holds in all 36 cells",
-                    f"holds in {ordered_count} of 9", "reproduced" if ordered_count == 9 else "differs",
-                    "" if ordered_count == 9 else f"{9 - ordered_count} cell(s) out of order (table4); digits, {size}",
-                    cmd, seconds("families")])
+    cells = len(rows)
+    summary.append(["Table 4: private > proxy > global for every family and aggregation", "holds in all 48 cells",
+                    f"holds in {ordered_count} of {cells}", "reproduced" if ordered_count == cells else "differs",
+                    "" if ordered_count == cells else
+                    f"{cells - ordered_count} cell(s) out of order (table4); digits, {size('families', 'aggregators-a0.5')}",
+                    cmd("families", "aggregators-a0.5"), seconds("families")])
     fam = {k: np.mean([m("families", f"{k}_{a}")["private"] for a in AGGREGATIONS]) for k in ("mlp", "cnn")}
     fam["mix"] = np.mean([m("aggregators-a0.5", f"fedtype_{a}")["private"] for a in AGGREGATIONS])
     family_order = fam["mlp"] > fam["mix"] > fam["cnn"]
     summary.append(["Table 4: privates of the proxy's family best (ResNet > Mix > VGG)", "ResNet > Mix > VGG in most cells",
-                    f"MLP {pct(fam['mlp']):.1f}, mixed {pct(fam['mix']):.1f}, CNN {pct(fam['cnn']):.1f} (mean over aggregations)",
+                    f"MLP {pct(fam['mlp']):.1f}, mixed {pct(fam['mix']):.1f}, CNN {pct(fam['cnn']):.1f} (mean over "
+                    "the four aggregations)",
                     "reproduced" if family_order else "differs",
                     "" if family_order else "the CNNs are the stronger private models on 8x8 digits whatever the proxy's "
-                    f"kind, so architecture strength, not kinship with the proxy, orders them here; {size}",
-                    cmd, seconds("families")])
-    rows = [["Homo (largest private model, no proxy)", pct(m("upper-bound", "homo_fedavg")["global"]), "", "",
-             "/".join(f"{PAPER_T5['homo'][a]:.2f}" for a in AGGREGATIONS)]]
-    rows.append(["largest private + proxy (FedType)", *[pct(m("upper-bound", f"big_{a}")["private"]) for a in AGGREGATIONS],
-                 "/".join(f"{PAPER_T5['big'][a]:.2f}" for a in AGGREGATIONS)])
-    rows.append(["FedType (mixed pool)", *[pct(m("aggregators-a0.5", f"fedtype_{a}")["private"]) for a in AGGREGATIONS],
-                 "/".join(f"{PAPER_T5['fedtype'][a]:.2f}" for a in AGGREGATIONS)])
-    tables.append({"name": "table5", "title": "Table 5 stand-in: upper bound (digits, alpha 0.5; homo with FedAvg only)",
-                   "columns": ["model", "FedAvg", "FedProx", "pFedMe", "the paper, FMNIST (FedAvg/FedProx/pFedMe)"],
+                    f"kind, so architecture strength, not kinship with the proxy, orders them here; "
+                    f"{size('families', 'aggregators-a0.5')}", cmd("families", "aggregators-a0.5"), seconds("families")])
+    homo = {a: pct(m("upper-bound", f"homo_{a}")["global"]) for a in AGGREGATIONS}
+    big = {a: pct(m("upper-bound", f"big_{a}")["private"]) for a in AGGREGATIONS}
+    mix = {a: pct(m("aggregators-a0.5", f"fedtype_{a}")["private"]) for a in AGGREGATIONS}
+    rows = [["Homo (largest private model, no proxy): the global model", *homo.values(),
+             "/".join(f"{PAPER_T5['homo'][a]:.2f}" for a in AGGREGATIONS)],
+            ["Homo: the sites' personalised models (pFedMe theta_i, pFedBayes q_i's means)", "", "",
+             *[pct(m("upper-bound", f"homo_{a}")["private"]) for a in PERSONALISED], ""],
+            ["largest private + proxy (FedType)", *big.values(), "/".join(f"{PAPER_T5['big'][a]:.2f}" for a in AGGREGATIONS)],
+            ["FedType (mixed pool)", *mix.values(), "/".join(f"{PAPER_T5['fedtype'][a]:.2f}" for a in AGGREGATIONS)]]
+    tables.append({"name": "table5", "title": "Table 5 stand-in: upper bound (digits, alpha 0.5; the homogeneous model "
+                                              "trained by the fedavg method under each aggregation)",
+                   "columns": ["model", *[NAMES[a] for a in AGGREGATIONS], f"the paper, FMNIST ({names4})"],
                    "rows": rows})
-    homo, big, mix = rows[0][1], rows[1][1], rows[2][1]
-    ok = homo >= big >= mix
-    summary.append(["Table 5: Homo >= largest+proxy >= FedType (FedAvg column)", "92.86 >= 91.35 >= 91.22 (FMNIST)",
-                    f"{homo:.1f} / {big:.1f} / {mix:.1f}", "reproduced" if ok else "differs",
-                    ("" if ok else "the homogeneous FedAvg model is one global network scored at every site; under label "
-                     "skew (alpha 0.5) a personalised model wins on each site's own test split, so on digits the "
-                     "personalised FedType beats the global upper bound; ") + "FedProx/pFedMe homo not run (our FedAvg "
-                    f"baseline has no proximal option); {size}", cmd, seconds("upper-bound")])
+    holds = [a for a in AGGREGATIONS if homo[a] >= big[a] >= mix[a]]
+    paper_holds = [a for a in AGGREGATIONS if PAPER_T5["homo"][a] >= PAPER_T5["big"][a] >= PAPER_T5["fedtype"][a]]
+    exps5 = ("upper-bound", "aggregators-a0.5")
+    summary.append(["Table 5: Homo >= largest+proxy >= FedType, per aggregation",
+                    f"{len(paper_holds)} of 4 columns (FMNIST; FedProx's largest+proxy 94.12 above Homo 94.05); "
+                    "FedAvg 92.86 >= 91.35 >= 91.22",
+                    f"{len(holds)} of 4 columns; " + ", ".join(f"{NAMES[a]} {homo[a]:.1f} / {big[a]:.1f} / {mix[a]:.1f}"
+                                                              for a in AGGREGATIONS),
+                    "reproduced" if len(holds) >= 3 else "differs",
+                    ("" if len(holds) >= 3 else
+                     "the homogeneous model is one global network scored at every site; under label skew (alpha 0.5) a "
+                     "personalised model wins on each site's own test split, so on digits the personalised FedType "
+                     "beats the global upper bound; under pFedMe and pFedBayes the global model is the mean of w_i / "
+                     "v_i, which lags the personalised models in 10 rounds (the homo personalised row); ")
+                    + f"holds under {', '.join(NAMES[a] for a in holds) or 'none'}; {size(*exps5)}",
+                    cmd(*exps5), seconds("upper-bound")])
 
     # table 6
     rows, scale = [], {}
@@ -363,14 +439,15 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                    "rows": rows})
     decline = scale[15][2] >= scale[30][2] >= scale[60][2]
     order = all(ordered(*v) for v in scale.values())
+    scales = ("scale-15", "scale-30", "scale-60")
     summary.append(["Table 6: accuracy falls slowly as clients grow; private > proxy > global",
                     "private 86.74 / 84.26 / 80.15 at 50 / 100 / 300 clients",
                     "private " + " / ".join(f"{v[2]:.1f}" for v in scale.values()) + " at 15 / 30 / 60 sites",
                     "reproduced" if decline and order else "differs",
                     ("" if decline and order else f"decline {'holds' if decline else 'does not hold'}, ordering "
                      f"{'holds' if order else 'does not hold'}; ") + f"stand-in blobs for CIFAR-10, fewer sites (60 is "
-                    f"the most whose 100 points leave the 9 conformal points theta = 0.1 needs); {size}",
-                    cmd, seconds("scale-15", "scale-30", "scale-60")])
+                    f"the most whose 100 points leave the 9 conformal points theta = 0.1 needs); {size(*scales)} (x5 "
+                    "rounds, a fifth of the sites sampled)", cmd(*scales), seconds(*scales)])
 
     # figure 2: cross-silo
     rows, ordered_count = [], 0
@@ -381,19 +458,21 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
     tables.append({"name": "figure2", "title": "Figure 2 stand-in: cross-silo (digits, 6 sites, all sampled every round)",
                    "columns": ["aggregation", "global", "proxy", "private"], "rows": rows})
     summary.append(["Figure 2: cross-silo, private > proxy > global", "holds for the four aggregations on Fed-ISIC19",
-                    f"holds for {ordered_count} of 3", "reproduced" if ordered_count == 3 else "differs",
-                    f"stand-in digits with 6 sites for Fed-ISIC19's 6 hospitals (not offline); {size}",
-                    cmd, seconds("cross-silo")])
+                    f"holds for {ordered_count} of {len(AGGREGATIONS)}",
+                    "reproduced" if ordered_count == len(AGGREGATIONS) else "differs",
+                    f"stand-in digits with 6 sites for Fed-ISIC19's 6 hospitals (not offline); {size('cross-silo')}",
+                    cmd("cross-silo"), seconds("cross-silo")])
 
     # figure 4: homogeneous
-    homo_fedavg, big_fedavg = pct(m("upper-bound", "homo_fedavg")["global"]), pct(m("upper-bound", "big_fedavg")["private"])
+    homo_fedavg, big_fedavg = homo["fedavg"], big["fedavg"]
     summary.append(["Figure 4: homogeneous models, FedType comparable to FedAvg at ~8% of the parameters sent",
                     "comparable (figure only)",
                     f"FedType {big_fedavg:.1f} vs FedAvg {homo_fedavg:.1f}; the proxy sends 2.4k of the 84k parameters (3%)",
                     "reproduced" if big_fedavg >= homo_fedavg - 2 else "differs",
                     ("" if big_fedavg >= homo_fedavg - 2 else f"FedType {homo_fedavg - big_fedavg:.1f} points below; ")
-                    + f"every site's private model the MLP 256-256 (for VGG-11), proxy MLP 32; pFedMe as a homogeneous "
-                    f"baseline not run; {size}", cmd, seconds("upper-bound")])
+                    + "every site's private model the MLP 256-256 (for VGG-11), proxy MLP 32; the paper's figure also "
+                    "draws pFedMe: the homogeneous pFedMe model is in table5 "
+                    f"({homo['pfedme']:.1f} global); {size('upper-bound')}", cmd("upper-bound"), seconds("upper-bound")])
 
     # figures 5 and 6: convergence and eta
     curve = m("aggregators-a0.5", "fedtype_fedavg")["curve"]
@@ -416,18 +495,20 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                      f"{curve[keys[-1]][4]:.1f}; table dynamics), and with |S| > |L| eq. (8) is |S and L| / |S or L|, "
                      "about |L| / |S|; the proxy, trained only by distillation, is 15-25 points below the private "
                      "model here, where the paper's is 2-5 points below; ")
-                    + f"digits; {size}", cmd, seconds("aggregators-a0.5")])
+                    + f"digits; {size('aggregators-a0.5')}", cmd("aggregators-a0.5"), seconds("aggregators-a0.5")])
     conv = [curve[keys[-1]][i] - curve[keys[len(keys) // 2]][i] for i in range(3)]
     summary.append(["Figure 5: global, proxy and private converge", "all three flatten (figure only)",
                     "change over the second half of the rounds: " + ", ".join(
                         f"{n} {100 * c:+.1f}" for n, c in zip(("global", "proxy", "private"), conv)),
                     "reproduced" if all(abs(c) < 0.05 for c in conv) else "differs",
-                    "" if all(abs(c) < 0.05 for c in conv) else f"still moving by more than 5 points: {size} (the "
-                    "paper runs 100+ rounds)", cmd, seconds("aggregators-a0.5")])
+                    "" if all(abs(c) < 0.05 for c in conv) else f"still moving by more than 5 points: "
+                    f"{size('aggregators-a0.5')} (the paper runs 100+ rounds)", cmd("aggregators-a0.5"),
+                    seconds("aggregators-a0.5")])
     summary.append(["Table 7: accuracy and |S| per epoch at round 50", "|S| 1.75-3.12 (per epoch, round 50)",
                     f"|S| per round in table dynamics ({rows[-1][5]} at the last round)", "differs",
-                    "logged per round (mean over the round's epochs), not per epoch; the run stops before round 50 "
-                    f"({size})", cmd, ""])
+                    "logged per round (the mean over the round's R = 5 epochs), not per epoch: a site's per-epoch "
+                    "|S| and accuracy would have to travel in its round answer and rounds.csv has one row per round; "
+                    f"the run stops before round 50 ({size('aggregators-a0.5')})", cmd("aggregators-a0.5"), ""])
 
     # table 9
     rows = [["private model (FedType vs symmetric KD)", PAPER_T9["private"][0], PAPER_T9["private"][1],
@@ -441,18 +522,19 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                    "columns": ["what", "the paper, FMNIST: FedType (s)", "plain (s)", "ratio", "ours: FedType (s)",
                                "plain (s)", "ratio"], "rows": rows})
     ratio = timing["fedtype"] / timing["symmetric"]
+    timing_cmd = "make paper002" + (" ARGS=--quick" if quick else "")
     summary.append(["Table 9: FedType's epoch costs 1.1x one with symmetric KD (private model)", "1.12x (FMNIST)",
                     f"{ratio:.2f}x", "reproduced" if ratio < 1.5 else "differs",
                     "" if ratio < 1.5 else "the conformal fits (temperature by L-BFGS and RAPS on the validation split, "
                     "for both networks in each of the R = 5 parts of an epoch) cost more than training these small "
                     "networks on 450 points; the paper's ResNets/VGGs on 32x32 images make training dominate",
-                    cmd, f"{took['timing']:.0f} s"])
+                    timing_cmd, f"{took['timing']:.0f} s"])
     summary.append(["Table 9: the proxy's FedType epoch 1.24x a cross-entropy-only one", "1.24x (FMNIST)",
                     f"{timing['fedtype'] / timing['proxy_ce']:.2f}x (the joint epoch against the proxy's CE epoch)",
                     "differs", "Quorum trains the two networks in one joint update (one backward pass of eq. 2), so the "
                     "proxy's share cannot be timed apart: ours compares the whole FedType epoch (the private model's "
                     "training and both conformal fits included) with the small proxy's cross-entropy epoch alone",
-                    cmd, f"{took['timing']:.0f} s"])
+                    timing_cmd, f"{took['timing']:.0f} s"])
 
     for item, why in (("Table 1/2/3/4/5: FMNIST, CIFAR-10, CIFAR-100, Fed-ISIC19 with ResNet/VGG models",
                        "the data sets and ImageNet-size networks are not offline; digits and blobs with MLP/CNN pools "
@@ -462,6 +544,19 @@ def build_tables(report: dict, timing: dict, quick: bool, rounds: int, trials: i
                       ("Figure 7: one CIFAR-10 sample's prediction sets over the rounds", "CIFAR-10 is not offline; "
                        "the consensus it pictures is measured as eta (figure 6 row, table dynamics)")):
         summary.append([item, "", "", "impossible offline", why, "", ""])
+
+    # what a run costs here
+    rows = []
+    for name in EXPERIMENTS:
+        e = report[name]
+        r, t = e.get("rounds", rounds), e.get("trials", trials)
+        full = e["seconds"] * (30 / r) * (3 / t)
+        rows.append([name, len(e["methods"]), r * ROUNDS_TIMES.get(name, 1), t, round(e["seconds"]), round(full / 60, 1)])
+    rows.append(["all", sum(r[1] for r in rows), "", "", sum(r[4] for r in rows), round(sum(r[5] for r in rows), 1)])
+    tables.append({"name": "cost", "title": "What each experiment took here (one process, one torch thread) and what "
+                                            "the full size would take",
+                   "columns": ["experiment", "methods", "rounds", "trials", "seconds here",
+                               "full size (30 rounds, 3 trials), minutes, scaled"], "rows": rows})
     tables.insert(0, {"name": "summary", "title": "Paper 002 (FedType) against Quorum", "columns": SUMMARY_COLUMNS,
                       "rows": summary})
     return tables
@@ -490,16 +585,17 @@ def main() -> None:
     names = args.experiment or list(EXPERIMENTS)
     started = time.perf_counter()
     jobs = [(name, rounds, trials) for name in names]
+    raw_path.parent.mkdir(parents=True, exist_ok=True)
+    raw.update(rounds=rounds, trials=trials, quick=args.quick)
     with multiprocessing.get_context("spawn").Pool(max(1, min(args.jobs, len(jobs)))) as pool:
         for name, result in pool.imap_unordered(run_experiment, jobs):
             raw["experiments"][name] = result
+            raw_path.write_text(json.dumps(raw, indent=1))  # kept as each ends, should a long run be stopped
             print(json.dumps({"experiment": name, "seconds": result["seconds"],
                               "private": {k: round(v["private"], 3) for k, v in result["methods"].items()}}), flush=True)
     t0 = time.perf_counter()
     raw["timing"] = epoch_seconds()
-    raw.update(rounds=rounds, trials=trials, quick=args.quick, seconds=round(time.perf_counter() - started, 1),
-               timing_seconds=round(time.perf_counter() - t0, 1))
-    raw_path.parent.mkdir(parents=True, exist_ok=True)
+    raw.update(seconds=round(time.perf_counter() - started, 1), timing_seconds=round(time.perf_counter() - t0, 1))
     raw_path.write_text(json.dumps(raw, indent=1))
     write_results(raw, args.out, raw["timing_seconds"])
 
@@ -508,15 +604,17 @@ def write_results(raw: dict, out: str, timing_seconds: float) -> None:
     rounds, trials = raw["rounds"], raw["trials"]
     tables = build_tables(raw["experiments"], raw["timing"], raw["quick"] and rounds == 10, rounds, trials,
                           {"timing": timing_seconds})
+    experiments = raw["experiments"].values()
     results = {"paper": "002", "title": "Bridging Model Heterogeneity in Federated Learning via Uncertainty-based "
                                         "Asymmetrical Reciprocity Learning (FedType)",
                "command": "make paper002", "quick": "make paper002 ARGS=--quick",
-               "run": {"rounds": rounds, "trials": trials, "seconds": raw["seconds"]}, "tables": tables}
+               "run": {"rounds": rounds, "trials": sorted({e.get("trials", trials) for e in experiments}),
+                       "seconds": round(sum(e["seconds"] for e in experiments) + timing_seconds, 1)}, "tables": tables}
     found = problems(results)
     if found:
         raise SystemExit("\n".join(found))
-    Path(out).write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {out} ({raw['seconds']:.0f} s of runs)", file=sys.stderr)
+    publish("002", results, Path(out))
+    print(f"wrote {out} ({results['run']['seconds']:.0f} s of runs)", file=sys.stderr)
 
 
 if __name__ == "__main__":
