@@ -54,6 +54,9 @@ class SiteLocal:
         self.device = "cpu"
         self._halves: dict[int, tuple[str, object]] = {}  # session -> (its method, the half)
         self._owners: dict[int, str] = {}  # session -> the method it belongs to (kept after close)
+        # session -> what its halves keep across rebuilds (SiteHalf.session_memory; kept after close
+        # and reopened trials, like _owners: a bound on a session's answers must outlive its half)
+        self._memory: dict[int, dict] = {}
         try:
             records, self.broken = read_account(workdir, site_id, repair=True), None
         except AccountCorrupt as exc:  # fail closed: a budget that forgot releases could be spent twice
@@ -143,6 +146,7 @@ class SiteLocal:
                    else site_rng(self.seed, self.trial, session, self.site_id))
             bound = self._halves[session] = (method_name, method.site(self.rows, rng, self.site_id))
             bound[1].identity = self.identity
+            bound[1].session_memory = self._memory.setdefault(session, {})
         half = bound[1]
         unseen = half.unseen_claim(phase, body)
         if unseen is not None and self.policy.unseen_claims == "refuse":

@@ -269,6 +269,70 @@ def test_a_site_answers_at_most_max_grid_lambdas_a_session():
         half.answer("search-1", {"grid": [0.5]})
 
 
+def test_a_site_answers_at_most_max_grid_lambdas_a_session_across_a_close_and_a_reopened_trial(tmp_path):
+    """The bound is the site's, not its half's: a lying coordinator that closes the session (or
+    reopens the trial), which makes the site build a fresh half, and asks the same session again
+    gets no fresh count; a lambda answered before is answered again at no cost (a resumed
+    coordinator asks its grid again), and another session has its own count."""
+    from protocol.methods.fed_quantiles import MAX_GRID
+    from sites.local import SiteLocal
+
+    sites, _ = gamma_sites(seed=5)
+    local = SiteLocal("site-0", tmp_path, policy={"non_private": "allow"})
+    local.hold(0, 7, sites["site-0"])
+    summary = CODECS["summary"]()
+
+    def ask(session, phase, grid):
+        return local.answer(session, "yj_likelihood", phase, summary.wrap_request({"grid": [float(v) for v in grid]}))
+
+    grid = np.asarray(lambda_grid(MAX_GRID))
+    ask(5, "respond", grid)
+    ask(5, "respond", grid)  # the same lambdas again: nothing new leaves
+    local.close_session(5)
+    with pytest.raises(RequestError, match="at most 1001"):
+        ask(5, "respond", grid * 0.999)
+    local.hold(0, 7, sites["site-0"])  # the trial reopened: the halves start afresh, the count does not
+    with pytest.raises(RequestError, match="at most 1001"):
+        ask(5, "search-0", [0.123])
+    ask(5, "search-0", [1.0])  # one of the grid's
+    ask(6, "respond", grid * 0.999)  # another session
+
+
+def test_an_honest_continuous_fit_gives_a_small_sites_values_back():
+    """What docs/k-anonymous-statistics.md says of `fit: continuous`: not K-anonymous. The moments
+    a 6-value site sends at the 32 lambdas of an honest 30-round search, solved by least squares
+    for 6 unknowns, are its values to 1e-6."""
+    from scipy.optimize import least_squares
+
+    sites, values = gamma_sites(seed=3, sizes=(6, 300, 200))
+    method = METHODS["yj_likelihood"](0.1, fit="continuous", rounds=30)
+    halves = {s: type(method).site(v, rngs()(s), s) for s, v in sites.items()}
+    seen = {}
+
+    def ask(site, phase, body):
+        encoder, request = CODECS[method.codec].for_site(body)
+        answer = halves[site].answer(phase, request)
+        if site == "site-0":
+            seen.update({lam: (answer["sum_h"][i], answer["sum_h2"][i], answer["jacobian"])
+                         for i, lam in enumerate(request["grid"])})
+        return encoder.encode(answer)
+
+    assert drive(method, {s: len(v) for s, v in sites.items()}, ask, np.random.default_rng(0)).status == "ok"
+    lams = sorted(seen)
+    target = np.r_[[seen[v][0] for v in lams], [seen[v][1] for v in lams], seen[lams[0]][2]]
+
+    def residual(x):
+        m = yj_site_moments(x, lams)
+        return np.r_[m["sum_h"], m["sum_h2"], m["jacobian"]] - target
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):  # a few random starts; the first that fits the moments exactly is the data
+        solved = least_squares(residual, rng.uniform(0.5, 10.0, 6))
+        if solved.cost < 1e-16:
+            break
+    assert len(lams) == 32 and np.allclose(np.sort(solved.x), np.sort(values[0]), atol=1e-6)
+
+
 def test_linear_table_estimate_is_linear_table_quantile_on_the_released_table():
     """estimator: linear reads the one released table (the naive session's own, from the same
     seeds): exactly stats.fedquantiles.linear_table_quantile on its limits and counts."""

@@ -87,6 +87,11 @@ class SiteHalf(ABC):
     #: party registry's keys of the others, its secure-sum policy), set by the site's driver on
     #: the half it builds; a half that signs or verifies peers reads it, others ignore it
     identity = None
+    #: what the site keeps for this half's session across the half's rebuilds (after a `close`, or
+    #: a reopened trial, the site builds a fresh half for the same session: sites.local), set by
+    #: the site's driver; a half that bounds what it answers in a session keeps its count here, not
+    #: on itself. None: no driver keeps anything (a half built by a test); such a half keeps its own
+    session_memory: dict | None = None
 
     @abstractmethod
     def answer(self, phase: str, body: Mapping[str, Any]) -> Any: ...

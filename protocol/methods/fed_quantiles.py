@@ -214,21 +214,27 @@ class _GoldenSection(CoordinatorHalf):
 
 class SiteMoments(SiteHalf):
     """n, sum h_lambda, sum h_lambda^2 and the Jacobian term at the lambdas asked: one grid, or the
-    rounds of a continuous fit, at most MAX_GRID lambdas in one session in all."""
+    rounds of a continuous fit, at most MAX_GRID distinct lambdas in one session in all. The
+    lambdas answered are kept in the site's memory of the session (SiteHalf.session_memory), not
+    on the half: a coordinator that closes the session, or reopens the trial, and asks again gets
+    a fresh half but not a fresh count. A lambda answered before costs nothing (the same rows give
+    the same moments: a resumed coordinator may ask its grid again)."""
 
     def __init__(self, rows):
         self.rows = rows
-        self.answered = 0
+        self.session_memory = {}  # the site's driver replaces it with the session's own
 
     REQUEST = {"type": "map", "fields": {"grid": {"type": "list", "min_len": 1, "max_len": MAX_GRID, "of": {
         "type": "float", "ge": LAMBDA_RANGE[0], "le": LAMBDA_RANGE[1]}}}}
 
     def answer(self, phase, body):
         grid = checked(self.REQUEST, body, f"{phase} request")["grid"]
-        if self.answered + len(grid) > MAX_GRID:
-            raise RequestError(f"{phase} request: {self.answered} lambdas answered in this session already, at most "
-                               f"{MAX_GRID} in all")
-        self.answered += len(grid)
+        answered = self.session_memory.get("yj_lambdas", np.empty(0))
+        new = np.setdiff1d(np.asarray(grid, dtype=float), answered)
+        if answered.size + new.size > MAX_GRID:
+            raise RequestError(f"{phase} request: {answered.size} lambdas answered in this session already and "
+                               f"{new.size} new ones asked, at most {MAX_GRID} in all")
+        self.session_memory["yj_lambdas"] = np.union1d(answered, new)
         moments = yj_site_moments(two_sample_values(self.rows), grid)
         return {"n": moments["n"], "sum_h": np.asarray(moments["sum_h"]), "sum_h2": np.asarray(moments["sum_h2"]),
                 "jacobian": moments["jacobian"]}
