@@ -12,6 +12,7 @@ from learning.aggregators import anchor_of, moreau_step, proximal_term  # noqa: 
 from learning.nets import build_net  # noqa: E402
 from learning.train import SiteData, TrainingConfig, UARLState, uarl_round  # noqa: E402
 from learning.uarl import calibration_penalty, symmetric_kd_loss, top_k_sets  # noqa: E402
+from protocol.methods import RequestError  # noqa: E402
 
 
 @pytest.mark.parametrize("form, expected", [("g1", -0.2 + 0.4 + 0.5), ("g2", 0.5), ("g3", 0.5 * 0.16 + 0.5),
@@ -334,6 +335,53 @@ def test_fedavg_with_pfedbayes_sends_mean_and_rho_of_v_i_and_keeps_q_i():
     assert gap(mu, get_weights(half.model)) > 0
     assert gap(rho, dict(zip(names, (r.numpy() for r in half.rho)))) > 0
     assert gap(mu, split_posterior(start)[0]) > 0
+
+
+@pytest.mark.parametrize("hostile", [{"aggregation": "evil"}, {"aggregation": ["pfedbayes"]}, {"zeta": float("nan")},
+                                     {"zeta": -5.0}, {"zeta": "x"}, {"pfedbayes_lr": float("inf")},
+                                     {"pfedbayes_lr": -1.0}, {"mu": float("nan")}, {"pfedme_lam": 0.0},
+                                     {"pfedme_lr": "x"}])
+def test_a_site_refuses_hostile_aggregation_options_at_setup_by_name(hostile):
+    """A lying coordinator's setup: an aggregation the site does not know, or an option out of
+    AGGREGATION_PARAMS' bounds, NaN, infinite or not a number, is refused at setup naming the
+    field (before: accepted, then NaN tensors or a TypeError in a round)."""
+    from protocol.phases import Phase
+    from tests.learning_sessions import blob_sites, learning_method
+
+    for name in ("fedavg", "fedtype"):
+        method = learning_method(name, aggregation="pfedbayes")
+        half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
+        field = next(iter(hostile))
+        with pytest.raises(RequestError, match=f"setup request.{field}"):
+            half.answer(Phase("setup"), {**method.setup_request(0), **hostile})
+        assert half.config is None  # the site is as it was
+
+
+def test_a_pfedbayes_site_refuses_a_global_distribution_that_does_not_fit_or_diverges():
+    """The global (mu, rho) is the coordinator's: a rho missing or of another shape is refused
+    naming the shapes (before: a KeyError, or broadcast into the training), and a rho so large or
+    small that the update diverges sends nothing (before: NaN tensors on the wire)."""
+    from protocol.codecs.tensors import pack_tensors
+    from protocol.phases import Phase
+    from tests.learning_sessions import blob_sites, learning_method
+
+    torch.set_num_threads(1)
+    method = learning_method("fedavg", aggregation="pfedbayes")
+    start = method.initial_global(6, np.random.default_rng(1))
+
+    def round_with(weights):
+        half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
+        half.answer(Phase("setup"), method.setup_request(0))
+        return half.answer(Phase("round", 0), {"weights": pack_tensors(weights)})
+
+    with pytest.raises(RequestError, match="one rho per parameter"):
+        round_with({k: v for k, v in start.items() if k != "0.weight.rho"})
+    with pytest.raises(RequestError, match="one rho per parameter"):
+        round_with({k: (v[:1] if k.endswith(".rho") else v) for k, v in start.items()})
+    for extreme in (1e30, -1e30):
+        with pytest.raises(RequestError, match="diverged"):
+            round_with({k: (np.full_like(v, extreme) if k.endswith(".rho") else v) for k, v in start.items()})
+    assert round_with(start)["tensors"]  # the honest distribution trains
 
 
 def test_aggregation_penalty_is_the_proximal_term_or_the_kl_or_nothing():

@@ -18,7 +18,7 @@ from __future__ import annotations
 from learning.nets import accuracy, build_net, get_weights, parameter_count
 from learning.aggregators import AGGREGATIONS
 from learning.uarl import BACKWARD_LOSSES, CALIBRATIONS
-from protocol.methods.base import RequestError
+from protocol.methods.base import RequestError, checked
 from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod,
                                               LearningSite, PrivateModels, architecture_from)
 from stats.conformal import smallest_calibration
@@ -35,6 +35,11 @@ AGGREGATION_PARAMS = {
 }
 #: the aggregations whose sites keep a personalised model (pFedMe's theta_i, pFedBayes's q_i) and send another
 PERSONALISED = ("pfedme", "pfedbayes")
+#: what a site accepts for them in a setup request, whatever the coordinator sends: AGGREGATION_PARAMS'
+#: choices and bounds, every number finite (AggregatedSite.check_aggregation)
+AGGREGATION_REQUEST = {"type": "map", "fields": {
+    key: {**{k: v for k, v in spec.items() if k != "default"}, **({"finite": True} if spec["type"] == "float" else {})}
+    for key, spec in AGGREGATION_PARAMS.items()}}
 
 UARL_PARAMS = {
     "lam": {"type": "float", "ge": 0, "default": 0.5},  # lambda of eq. (7)
@@ -72,6 +77,13 @@ class AggregatedSite:
     weights travel (FedType's proxy, fedavg's model), one way for every method that has one:
     `start_aggregation` in build, `receive` before the local update, `send` after it."""
 
+    @staticmethod
+    def check_aggregation(body) -> None:
+        """The setup request's aggregation options (AGGREGATION_REQUEST), checked before anything is
+        built: RequestError naming the field (an unknown aggregation, a negative, NaN or infinite
+        mu, lambda, zeta or step), not a failure in a later round."""
+        checked(AGGREGATION_REQUEST, {key: body[key] for key in AGGREGATION_PARAMS}, "setup request")
+
     def start_aggregation(self) -> None:
         self.personalised = False  # pFedMe: theta_i starts from the first global network it is sent
         self.rho = None  # pFedBayes: q_i's rhos, from the first global distribution's on
@@ -91,6 +103,11 @@ class AggregatedSite:
         personal = anchor_of(net) if aggregation in PERSONALISED and self.personalised else None
         if aggregation == "pfedbayes" and weights is not None:
             weights, global_rho = split_posterior(weights)
+            shapes = {name: tuple(p.shape) for name, p in net.named_parameters()}
+            got = {name: tuple(np.shape(r)) for name, r in global_rho.items()}
+            if got != shapes:
+                raise RequestError(f"pfedbayes: the global distribution needs one rho per parameter, of its shape: "
+                                   f"expected {shapes}, got {got}")
         self.load_global(net, weights)
         received = accuracy(net, self.data.X_test, self.data.y_test)
         anchor = anchor_of(net) if aggregation != "fedavg" else None
@@ -113,7 +130,7 @@ class AggregatedSite:
         from learning.aggregators import RHO, anchor_of, set_parameters
 
         if self.config.aggregation not in PERSONALISED:
-            return get_weights(net, self.precision)
+            return finite_update(get_weights(net, self.precision))
         theta = anchor_of(net)
         set_parameters(net, anchor if posterior is None else posterior.v_mu)
         sent = get_weights(net, self.precision)
@@ -122,7 +139,7 @@ class AggregatedSite:
             self.rho = [r.detach().clone() for r in posterior.rho]
             sent.update({name + RHO: r.detach().cpu().numpy().astype(self.precision)
                          for (name, _), r in zip(net.named_parameters(), posterior.v_rho)})
-        return sent
+        return finite_update(sent)
 
     def global_means(self, weights):
         """The final global network's weights (pFedBayes: the distribution's means)."""
@@ -131,6 +148,19 @@ class AggregatedSite:
 
             return split_posterior(weights)[0]
         return weights
+
+
+def finite_update(sent: dict) -> dict:
+    """What a site sends after its local update, or RequestError when a tensor is NaN or infinite
+    (a learning rate, weight or global distribution that made the update diverge): named at the
+    site, and nothing sent that the coordinator would have to refuse."""
+    import numpy as np
+
+    bad = sorted(name for name, value in sent.items() if not np.all(np.isfinite(value)))
+    if bad:
+        raise RequestError(f"the local update diverged under this request (NaN or infinite {', '.join(bad[:3])}"
+                           f"{', ...' if len(bad) > 3 else ''}): nothing sent")
+    return sent
 
 
 class LocalOnly(PrivateModels, LearningMethod):
@@ -198,6 +228,7 @@ class FedAvgSite(AggregatedSite, LearningSite):
     extra_keys = ("proxy", *AGGREGATION_PARAMS)
 
     def build(self, body, features):
+        self.check_aggregation(body)
         self.model = build_net(architecture_from(body, "proxy"), features, self.classes, self.seed()).to(self.device)
         self.start_aggregation()
         return {"private_parameters": parameter_count(self.model), "proxy_parameters": parameter_count(self.model)}
@@ -250,6 +281,7 @@ class FedTypeSite(AggregatedSite, LearningSite):
 
         if body["backward_loss"] not in BACKWARD_LOSSES:
             raise RequestError(f"backward_loss must be one of {BACKWARD_LOSSES}, got {body['backward_loss']!r}")
+        self.check_aggregation(body)
         needed = smallest_calibration(self.config.theta)
         if len(self.data.y_val) < needed:
             raise RequestError(
