@@ -88,7 +88,8 @@ paper002-baselines: $(VENV)/.installed
 
 # paper 004, every figure and table that can be had offline (figures 1-3 and S1, tables 1 and 3-7,
 # section 5.3; issue 51): bench/paper004.py on the pure halves, 2,000 data sets a setting as in the
-# paper (over an hour here); ARGS=--quick for 200 (about 8 min). Writes bench/results/paper004.json
+# paper (one process, about 35 min here; ARGS=--jobs 2 on a quiet machine, same results); ARGS=--quick
+# for 200 (about 8 min); --sims / --qsims set the sizes. Writes bench/results/paper004.json
 # and docs/papers/004.md (figure 2 in docs/papers/004_fig2.png)
 paper004: $(VENV)/.installed
 	$(PY) bench/paper004.py $(ARGS)
