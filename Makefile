@@ -74,9 +74,9 @@ paper000: $(VENV)/.installed
 	$(PY) bench/paper_pages.py write 000
 
 # paper 002 (FedType), every table and figure with an offline stand-in (scenarios/paper002/):
-# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (about 1 h 45 min of
-# one process here, table cost of the page); ARGS=--quick: 10 rounds, 1 trial (about 12 min at --jobs 1);
-# ARGS="--quick --trials 3 --experiment NAME ..." reruns some at 3 trials, keeping the others.
+# bench/results/paper002.json rendered into docs/papers/002.md: 30 rounds, 3 trials (about 71 min of
+# one process here, table cost of the page); ARGS=--quick: 10 rounds, 1 trial (about 8-12 min at --jobs 1);
+# ARGS="--quick --trials 3" (the committed numbers, 24 min); ARGS="... --experiment NAME" reruns some only.
 # paper002-baselines: FedType against local-only, FedAvg, FML, FedProto in five Dirichlet regimes,
 # 5 trials each (about 21 min here), bench/results/fedtype_baselines.json (docs/fedtype.md)
 paper002: $(VENV)/.installed
