@@ -153,7 +153,7 @@ class UARLState:
 
 
 def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfig, state: UARLState,
-               rng: np.random.Generator, anchor=None, posterior=None) -> dict[str, float]:
+               rng: np.random.Generator, anchor=None, posterior=None, epochs: list | None = None) -> dict[str, float]:
     """Algorithm 1, `passes` times: the shuffled D_i in R parts; per part ("epoch") r, conformal
     models of both networks on D'_i (eq. 5) with g(Delta, lambda) (eq. 7), Delta the change of the
     proxy's validation accuracy since the last measurement; the sets S (proxy) and L (private) of
@@ -166,7 +166,13 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
     term, or pFedMe's local model w_i, moved after each step by its Moreau update; `posterior`
     (learning.aggregators.BayesianProxy, pFedBayes) makes the proxy's logits those of one sampled
     weight, adds its KL term, and moves the localized global distribution after each step (its
-    rho optimizer must be among `optimizers`)."""
+    rho optimizer must be among `optimizers`).
+
+    `epochs` (a list, filled when given; appendix I / table 7): per part ("epoch") r of the last
+    pass, {"epoch": r (1-based), "set_size": the mean |S| of that part's points (the sets it trained
+    with, fitted at its start: the round's set_size is the mean of these over all points),
+    "proxy_accuracy": the proxy's test accuracy at the part's end (the last part's is the round's
+    proxy_accuracy)}. Measuring draws nothing from `rng` and trains nothing: the round is the same."""
     import torch
     import torch.nn.functional as F
 
@@ -174,7 +180,9 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
     val_labels = data.y_val.cpu().numpy()
     sizes_s, sizes_l, etas, g = [], [], [], config.lam
     for _ in range(config.passes):
-        for part in np.array_split(rng.permutation(len(data.y_train)), config.local_epochs):
+        if epochs is not None:
+            epochs.clear()  # the last pass's parts are the ones reported
+        for number, part in enumerate(np.array_split(rng.permutation(len(data.y_train)), config.local_epochs), 1):
             if not len(part):
                 continue
             private.eval(), proxy.eval()
@@ -217,6 +225,11 @@ def uarl_round(private, proxy, optimizers, data: SiteData, config: TrainingConfi
                 for optimizer in optimizers:
                     optimizer.step()
                 after_aggregation_step(proxy, config, anchor, posterior)
+            if epochs is not None:
+                proxy.eval()  # the next part (or the round's end) puts it in eval mode first anyway
+                epochs.append({"epoch": number,
+                               "set_size": float(S.sum(axis=1).mean()) if S is not None else float("nan"),
+                               "proxy_accuracy": accuracy(proxy, data.X_test, data.y_test)})
     private.eval(), proxy.eval()
     mean = lambda parts: float(np.mean(np.concatenate(parts))) if parts else float("nan")  # noqa: E731
     return {"set_size": mean(sizes_s), "private_set_size": mean(sizes_l), "eta": mean(etas), "g": float(g)}

@@ -22,6 +22,9 @@ ROUND_COLUMNS = ("round", "sampled", "answered", "accuracy_mean", "accuracy_sd",
                  "accuracy_max", "global_accuracy", "private_accuracy", "proxy_accuracy", "set_size",
                  "private_set_size", "eta", "weights_bytes_down", "weights_bytes_up", "private_weights_bytes",
                  "wire_bytes_down", "wire_bytes_up", "dropped")
+#: epochs.csv (paper 002 appendix I, table 7): per round and local epoch, the site means of what the
+#: answering sites reported for that epoch (protocol.methods.learning_rounds.EPOCH_QUANTITIES)
+EPOCH_COLUMNS = ("round", "epoch", "sites", "proxy_accuracy", "set_size", "refused")
 ACCURACIES = ("accuracy", "global_accuracy", "proxy_accuracy", "set_coverage")
 
 
@@ -33,10 +36,11 @@ class LearningRun(Outcome):
     proxy_accuracy: float = math.nan
     set_coverage: float = math.nan
     rounds: tuple[dict, ...] = field(default_factory=tuple)  # one record per round (ROUND_COLUMNS, and its phase)
+    epochs: tuple[dict, ...] = field(default_factory=tuple)  # one row per round and local epoch (EPOCH_COLUMNS)
 
     name = "learning"
     COLUMNS = ("accuracy", "accuracy_sd", "global_accuracy", "proxy_accuracy", "set_coverage")
-    SIDE_TABLES = {"rounds": ("trial", "method", *ROUND_COLUMNS)}
+    SIDE_TABLES = {"rounds": ("trial", "method", *ROUND_COLUMNS), "epochs": ("trial", "method", *EPOCH_COLUMNS)}
     HEADLINE = (("accuracy", "accuracy_mean", 4), ("sd over sites", "accuracy_site_sd_mean", 4))
 
     def event_fields(self) -> dict:
@@ -46,10 +50,12 @@ class LearningRun(Outcome):
         return {key: getattr(self, key) for key in self.COLUMNS}
 
     def side_rows(self, truth: Truth) -> dict[str, list[dict]]:
-        """rounds.csv: each round's record and the wire bytes of its phase (0 in-process: no wire)."""
+        """rounds.csv: each round's record and the wire bytes of its phase (0 in-process: no wire);
+        epochs.csv: per round and local epoch what the sites reported (FedType's; none for others)."""
         return {"rounds": [{**{k: v for k, v in record.items() if k != "phase"},
                             "wire_bytes_down": truth.wire.get((record["phase"], "down"), 0),
-                            "wire_bytes_up": truth.wire.get((record["phase"], "up"), 0)} for record in self.rounds]}
+                            "wire_bytes_up": truth.wire.get((record["phase"], "up"), 0)} for record in self.rounds],
+                "epochs": [dict(row) for row in self.epochs]}
 
     @classmethod
     def aggregate(cls, rows, ok):

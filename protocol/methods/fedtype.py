@@ -20,7 +20,7 @@ from learning.aggregators import AGGREGATIONS
 from learning.uarl import BACKWARD_LOSSES, CALIBRATIONS
 from protocol.methods.base import RequestError, checked
 from protocol.methods.learning_rounds import (LEARNING_PARAMS, PRIVATE_MODELS, PROXY_MODEL, LearningMethod,
-                                              LearningSite, PrivateModels, architecture_from)
+                                              LearningSite, PrivateModels, architecture_from, epoch_metrics)
 from stats.conformal import smallest_calibration
 
 #: the aggregation the shared network (FedType's proxy, fedavg's model) is trained and averaged with
@@ -303,12 +303,14 @@ class FedTypeSite(AggregatedSite, LearningSite):
         optimizers = (self.private_optimizer, self.optimizer(self.proxy))
         if posterior is not None:
             optimizers = (*optimizers, posterior.rho_optimizer)
+        epochs = []  # per local epoch: the proxy's |S| and test accuracy (table 7; epochs.csv)
         stats = uarl_round(self.private, self.proxy, optimizers, self.data, self.config, self.state, self.rng,
-                           anchor, posterior)
+                           anchor, posterior, epochs)
         self.penalty = stats["g"]
         metrics = {"global_accuracy": received, **stats,
                    "private_accuracy": accuracy(self.private, self.data.X_test, self.data.y_test),
-                   "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test)}
+                   "proxy_accuracy": accuracy(self.proxy, self.data.X_test, self.data.y_test),
+                   **epoch_metrics(epochs)}
         return self.send(self.proxy, anchor, posterior), metrics
 
     def evaluate(self, weights):

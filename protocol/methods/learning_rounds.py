@@ -18,6 +18,7 @@ sent (and received) its private model instead.
 from __future__ import annotations
 
 import math
+import re
 from abc import abstractmethod
 from typing import Any, ClassVar, Mapping
 
@@ -75,6 +76,66 @@ def spread(values: list[float]) -> dict[str, float]:
     array = np.asarray(values, dtype=float)
     return {"mean": float(array.mean()), "sd": float(array.std()), "min": float(array.min()),
             "max": float(array.max())}
+
+
+#: what a site may report per local epoch of a round (paper 002 appendix I, table 7), each as one
+#: number metric per epoch, `epoch{r}_{quantity}` (r = 1 .. local_epochs): the tensors codec carries
+#: numbers only, so the list travels flattened; each quantity's range, the set size's in classes
+EPOCH_QUANTITIES = {"proxy_accuracy": (0.0, 1.0), "set_size": (0.0, None)}
+EPOCH_KEY = re.compile(r"^epoch(\d+)_(.*)$")
+
+
+def epoch_metrics(epochs: list[dict]) -> dict[str, float]:
+    """A site's per-epoch records (learning.train.uarl_round's `epochs`) as round metrics,
+    `epoch{r}_{quantity}`; a NaN value (no sets fitted, no test points) is left out."""
+    return {f"epoch{e['epoch']}_{key}": float(e[key]) for e in epochs for key in EPOCH_QUANTITIES
+            if key in e and not math.isnan(float(e[key]))}
+
+
+def split_epoch_metrics(metrics: Mapping[str, Any], local_epochs: int, classes: int
+                        ) -> tuple[dict, dict[int, dict[str, float]], str]:
+    """A round answer's metrics as (the others, {epoch: {quantity: value}}, why the epoch values
+    were refused ('' when they were not)). They are the site's word, checked as untrusted: an epoch
+    number in 1 .. local_epochs, a known quantity, a finite number in its range (an accuracy in
+    [0, 1], a set size in [0, classes]); one bad value refuses all of that site's epoch values for
+    the round, naming it (its update and round metrics stay)."""
+    rest, epochs = {}, {}
+    for key, value in metrics.items():
+        match = EPOCH_KEY.match(key) if isinstance(key, str) and key.startswith("epoch") else None
+        if match is None:
+            rest[key] = value
+            continue
+        digits, quantity = match.group(1), match.group(2)
+        name = key if len(key) <= 40 else key[:40] + "..."
+        epoch = int(digits) if len(digits) <= 9 else 0  # a 5,000-digit number is no epoch (nor an int() to try)
+        if quantity not in EPOCH_QUANTITIES:
+            return _other_metrics(metrics), {}, f"{name}: unknown per-epoch quantity"
+        if not 1 <= epoch <= local_epochs:
+            return _other_metrics(metrics), {}, f"{name}: epoch outside 1..{local_epochs} (local_epochs)"
+        low, high = EPOCH_QUANTITIES[quantity]
+        high = float(classes) if high is None else high
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not low <= value <= high:
+            return _other_metrics(metrics), {}, f"{name}: {repr(value)[:40]} is not a finite number in [{low:g}, {high:g}]"
+        epochs.setdefault(epoch, {})[quantity] = float(value)
+    return rest, epochs, ""
+
+
+def _other_metrics(metrics: Mapping[str, Any]) -> dict:
+    return {k: v for k, v in metrics.items() if not (isinstance(k, str) and EPOCH_KEY.match(k))}
+
+
+def epoch_rows(record: dict) -> list[dict]:
+    """epochs.csv's rows for one round record: per local epoch any site reported, the site means
+    of its values, and the sites whose epoch values were refused, with why."""
+    reported = record.get("epochs", {})
+    refused = "; ".join(f"{s}: {r}" for s, r in sorted(record.get("epochs_refused", {}).items()))
+    numbers = sorted({e for values in reported.values() for e in values})
+    return [{"round": record["round"], "epoch": e, "sites": sum(e in v for v in reported.values()),
+             **{q: spread([v[e].get(q) for v in reported.values() if e in v])["mean"] for q in EPOCH_QUANTITIES},
+             "refused": refused} for e in numbers] or (
+        [{"round": record["round"], "epoch": "", "sites": 0, **{q: math.nan for q in EPOCH_QUANTITIES},
+          "refused": refused}] if refused else [])
 
 
 def architecture_from(body: dict, key: str) -> dict:
@@ -202,6 +263,12 @@ class RoundsCoordinator(CoordinatorHalf):
             if got != shapes:
                 record["dropped"][site] = f"tensors {sorted(got)} do not match the global architecture"
                 continue
+            metrics, epochs, refused = split_epoch_metrics(metrics, self.method.params["local_epochs"],
+                                                           self.method.params["classes"])
+            if epochs:
+                record.setdefault("epochs", {})[site] = epochs
+            if refused:
+                record.setdefault("epochs_refused", {})[site] = refused
             record["sites"][site] = metrics
             record["weights_bytes_up"] += sum(a.nbytes for a in tensors.values())
             record["weights_bytes_down"] += sent
@@ -238,7 +305,8 @@ class RoundsCoordinator(CoordinatorHalf):
                                       "test_set_size": mean["test_set_size"]},
                            accuracy=primary["mean"], accuracy_sd=primary["sd"],
                            global_accuracy=mean["global_accuracy"], proxy_accuracy=mean["proxy_accuracy"],
-                           set_coverage=mean["set_coverage"], rounds=tuple(self._summary(r) for r in self.records))
+                           set_coverage=mean["set_coverage"], rounds=tuple(self._summary(r) for r in self.records),
+                           epochs=tuple(row for r in self.records for row in epoch_rows(r)))
 
     def _summary(self, record: dict) -> dict:
         """One row of rounds.csv (results.learning; the harness adds the wire bytes of its phase)."""
