@@ -162,6 +162,27 @@ def test_paper002_rows_name_each_experiments_own_trials():
     assert "1 trial" in scale[4] and scale[5] == "make paper002 ARGS=--quick"
 
 
+def test_paper002_table7_counts_the_steps_where_the_set_size_follows_the_accuracy():
+    """Table 7's rule against the paper's own arrows (FMNIST 4 of 4; CIFAR-10 2, CIFAR-100 4,
+    Fed-ISIC19 2), and the verdict read from the convergence run's per-epoch values at round 50."""
+    bench, report, timing = synthetic_report()
+    assert [bench.same_direction(*bench.PAPER_T7[d]) for d in bench.PAPER_T7] == [(4, 4), (2, 4), (4, 4), (2, 4)]
+    assert bench.arrows([1.0, 1.004, 0.5]) == ["-", "-", "down"]  # no change at two decimals: no arrow
+    row = lambda: {r[0]: r for r in bench.build_tables(  # noqa: E731
+        report, timing, True, 10, 1, {"timing": 1.0})[0]["rows"]}["Table 7: accuracy and |S| per epoch at round 50"]
+    assert row()[3] == "differs" and "no per-epoch values" in row()[2]  # a run without epochs.csv
+    up = [[e, 0.80 + 0.01 * e, 2.0 + 0.1 * e] for e in range(1, 6)]  # |S| rises with the accuracy: 4 of 4
+    entry = report["convergence"]["methods"]["fedtype_fedavg"]
+    entry["epochs"] = {"50": up, "49": [[e, 0.8 + 0.01 * e, 3.0 - 0.1 * e] for e in range(1, 6)]}
+    assert row()[3] == "differs" and "in 4 of 4 steps" in row()[2]  # round 50 agrees, the run in only 50%
+    assert "in 50% of 8 steps" in row()[2] and "round 50 alone passes" in row()[4]
+    entry["epochs"]["49"] = [[e, 0.8 - 0.01 * e, 3.0 - 0.1 * e] for e in range(1, 6)]  # both fall: agree
+    assert row()[3] == "reproduced" and "in 100% of 8 steps" in row()[2] and "fell in 4 of 8 steps" in row()[2]
+    entry["epochs"]["50"] = [[e, 0.80 + 0.01 * e, 2.0 + 0.1 * (e % 2)] for e in range(1, 6)]  # 2 of 4
+    assert row()[3] == "differs" and "in 2 of 4 steps" in row()[2]
+    assert bench.agreement_share({"1": up}, lag=1) == (1.0, 3)
+
+
 def test_a_pfedme_site_sends_its_local_model_and_keeps_the_personalised_proxy():
     """pFedMe (T Dinh et al. 2020, algorithm 1): what travels is w_i, which moved from the global
     model towards the personalised theta_i by eta lambda per step; theta_i stays at the site."""
