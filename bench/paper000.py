@@ -14,16 +14,26 @@ Writes bench/results/paper000.json (bench/paper_pages.py renders it into docs/pa
 
     .venv/bin/python bench/paper000.py                # the paper's sizes: 20 trials, 1,000 trees
     .venv/bin/python bench/paper000.py --quick        # forest and network 3 trials, 100 trees
+    .venv/bin/python bench/paper000.py --budget-minutes 60   # part of the paper's sizes, resumable
+
+Every run lands in runs/paper000/ and is reused by later calls (keeping its first time); a run
+stopped part-way (a budget, a killed session) is continued with run.py's --resume, its finished
+trials kept. --budget-minutes runs the unfinished paper-size runs cheapest first for that long;
+every row of the results then comes from the largest finished run of its figure and model, and
+says its size ("the paper's size" only for 20 trials, 1,000 trees, the network's 200 epochs).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,11 +64,12 @@ def scenario_file(fig: str, data: str, m: int, n: int) -> Path:
 
 
 def model_override(model: str, trees: int, epochs: int | None = None) -> str:
-    """--set value for the model: the scenario's forest with `trees` trees, ridge, or the CQR
-    network (its default 200 epochs with early stopping, or `epochs`)."""
+    """--set value for the model: the scenario's forest with `trees` trees and one job (the same
+    trees as with more: each is seeded before any job runs), ridge, or the CQR network (its
+    default 200 epochs with early stopping, or `epochs`)."""
     if model == "cqr_forest":
         return ("model={kind: cqr_forest, params: {n_estimators: %d, min_samples_leaf: 40, "
-                "quantiles: [0.05, 0.95]}}" % trees)
+                "quantiles: [0.05, 0.95], n_jobs: 1}}" % trees)
     if model == "cqr_net" and epochs:
         return "model={kind: cqr_net, params: {epochs: %d}}" % epochs
     return "model={kind: %s}" % model
@@ -203,7 +214,7 @@ def figure3(trees: int, seed: int, out: Path):
     X, y = romano2019(2000, rng)
     Xt, yt = romano2019(5000, rng)
     model = CQRForest(n_estimators=trees, min_samples_leaf=40, max_features=1.0, quantiles=[0.05, 0.95],
-                      tune=True, tune_range=0.05, tune_steps=5, coverage_factor=0.85, n_jobs=2)
+                      tune=True, tune_range=0.05, tune_steps=5, coverage_factor=0.85, n_jobs=1)
     model.fit(X[:1000], y[:1000], ALPHA, rng)
     m, n = 50, 20
     scores = model.scores(X[1000:], y[1000:]).reshape(m, n)
@@ -239,19 +250,151 @@ def figure3(trees: int, seed: int, out: Path):
 
 # ---------------------------------------------------------------- figures 4, 8-17 and B.2
 
-def run_scenario(path: Path, out: Path, trials: int, sets: list[str]) -> float:
-    """One scenario through run.py in-process; returns its wall time (reuses a finished run)."""
-    if (out / "results.csv").exists() and (out / "done").exists():
-        return float((out / "done").read_text())
+def run_scenario(path: Path, out: Path, trials: int, sets: list[str], budget: "Budget | None" = None) -> float | None:
+    """One scenario through run.py in-process; returns its wall time, or None when `budget` ran out
+    before it finished. A finished run (out/done) is reused and keeps its first time; an unfinished
+    one (scenario.yaml but no done: stopped at a budget, or killed) is continued with --resume, its
+    finished trials kept, and its time so far (out/partial) added to the time it is given."""
+    done = out / "done"
+    if (out / "results.csv").exists() and done.exists():
+        return float(done.read_text())
     command = [sys.executable, str(ROOT / "run.py"), "run", str(path), "--backend", "inprocess",
                "--trials", str(trials), "--out", str(out)]
     for s in sets:
         command += ["--set", s]
+    if (out / "scenario.yaml").exists():
+        command.append("--resume")
+    before = float((out / "partial").read_text()) if (out / "partial").exists() else 0.0
+    limit = None if budget is None else budget.left()
+    if limit is not None and limit <= 0:
+        return None
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = process.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)  # our own run.py and only it (its own session)
+        process.wait()
+        code = None
     seconds = time.perf_counter() - start
-    (out / "done").write_text(f"{seconds:.1f}")
-    return seconds
+    if budget is not None:
+        budget.spend(seconds)
+    if code is None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "partial").write_text(f"{before + seconds:.1f}")
+        print(f"  budget spent: {shown(out)} stopped after {seconds:.0f} s, resumable", flush=True)
+        return None
+    if code != 0:
+        raise subprocess.CalledProcessError(code, command)
+    done.write_text(f"{before + seconds:.1f}")
+    return before + seconds
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+class Budget:
+    """Wall seconds a partial full run may spend on runs (--budget-minutes)."""
+
+    def __init__(self, minutes: float) -> None:
+        self.total, self.spent = 60.0 * minutes, 0.0
+
+    def left(self) -> float:
+        return self.total - self.spent
+
+    def spend(self, seconds: float) -> None:
+        self.spent += seconds
+
+
+# ---------------------------------------------------------------- which run stands for each row
+
+#: a run directory's name: model, trials, trees (forest), epochs (network, when not its own 200)
+RUN_NAME = re.compile(r"^(?P<model>[a-z_]+)-t(?P<t>\d+)(?:-trees(?P<trees>\d+))?(?:-epochs(?P<epochs>\d+))?$")
+B2_NAME = re.compile(r"^t(?P<t>\d+)-trees(?P<trees>\d+)$")
+PAPER_TRIALS, PAPER_TREES = 20, 1000
+
+
+@dataclass(frozen=True)
+class Size:
+    """The size one run ran at; `paper` when it is the paper's (20 trials, 1,000 trees, the
+    network's own 200 epochs)."""
+    model: str
+    trials: int
+    trees: int | None = None
+    epochs: int | None = None
+
+    @property
+    def paper(self) -> bool:
+        return (self.trials >= PAPER_TRIALS and self.epochs is None
+                and (self.model != "cqr_forest" or (self.trees or 0) >= PAPER_TREES))
+
+    def name(self) -> str:
+        return (f"{self.model}-t{self.trials}" + (f"-trees{self.trees}" if self.trees else "")
+                + (f"-epochs{self.epochs}" if self.epochs else ""))
+
+    def plain(self) -> str:
+        parts = [f"{self.trials} trials"]
+        if self.trees:
+            parts.append(f"{self.trees:,} trees")
+        if self.model == "cqr_net":
+            parts.append(f"{self.epochs or 200} epochs")
+        return ", ".join(parts)
+
+    def label(self) -> str:
+        return self.plain() + (" (the paper's size)" if self.paper else " (quick size)")
+
+    def short_of_paper(self) -> str:
+        """Why a row at this size is not at the paper's (empty when it is)."""
+        if self.paper:
+            return ""
+        paper = Size(self.model, PAPER_TRIALS, PAPER_TREES if self.model == "cqr_forest" else None).plain()
+        return f"quick size ({self.plain()}), not the paper's {paper}: not run at full size yet (time)"
+
+    def rank(self):
+        return (self.paper, self.trees or 0, -(self.epochs or 10**6) if self.epochs else 0, self.trials)
+
+
+def finished(out: Path) -> bool:
+    return (out / "results.csv").exists() and (out / "done").exists()
+
+
+def best_finished(folder: Path, model: str, wanted: Size) -> tuple[Path, Size] | None:
+    """The run that stands for a row: the wanted size when it finished, else the largest finished
+    run of the same model in `folder` (the paper's size first, then more trees, then more trials)."""
+    if finished(folder / wanted.name()):
+        return folder / wanted.name(), wanted
+    found = []
+    for run in folder.glob(f"{model}-t*") if folder.exists() else ():
+        match = RUN_NAME.match(run.name)
+        if match and match["model"] == model and finished(run):
+            size = Size(model, int(match["t"]), int(match["trees"]) if match["trees"] else None,
+                        int(match["epochs"]) if match["epochs"] else None)
+            found.append((size.rank(), run.name, run, size))
+    if not found:
+        return None
+    _, _, run, size = max(found)
+    return run, size
+
+
+def estimate(folder: Path, wanted: Size) -> float:
+    """Seconds the wanted run should take, from the finished runs in `folder` (their time per
+    trial, scaled by trees when those differ), for running the cheapest first; 1e9 when nothing
+    ran there yet."""
+    best = None
+    for run in folder.glob("*") if folder.exists() else ():
+        match = RUN_NAME.match(run.name) or B2_NAME.match(run.name)
+        if not (match and finished(run)) or match.groupdict().get("model", wanted.model) != wanted.model:
+            continue
+        per = float((run / "done").read_text()) / int(match["t"])
+        trees = int(match["trees"] or 0)
+        if wanted.trees and trees and trees != wanted.trees:
+            per *= wanted.trees / trees
+        epochs = match.groupdict().get("epochs")
+        close = (trees == (wanted.trees or 0), (int(epochs) if epochs else None) == wanted.epochs, int(match["t"]))
+        if best is None or close > best[0]:
+            best = (close, per)
+    return 1e9 if best is None else best[1] * wanted.trials
 
 
 def per_trial(out: Path) -> dict[str, list[tuple[float, float]]]:
@@ -270,53 +413,139 @@ def judge(trials: dict) -> tuple[bool, str, dict]:
     mean = {k: np.mean(np.array(v), axis=0) for k, v in trials.items()}
     qq, ce, av = mean["fedcp_qq"], mean["centralized"], mean["fedcp_avg"]
     length_gap = qq[1] / ce[1] - 1
-    ok = (qq[0] >= 0.885 and abs(qq[0] - ce[0]) <= 0.02 and abs(length_gap) <= 0.10
-          and av[0] >= qq[0] - 0.005 and av[1] >= qq[1] * 0.99)
+    failed = [what for what, holds in (
+        (f"QQ covers {qq[0]:.3f} < 0.885", qq[0] >= 0.885),
+        (f"QQ and central coverage {abs(qq[0] - ce[0]):.3f} apart (> 0.02)", abs(qq[0] - ce[0]) <= 0.02),
+        (f"QQ length {100 * length_gap:+.1f}% of central (beyond 10%)", abs(length_gap) <= 0.10),
+        (f"Avg covers {av[0]:.3f}, below QQ's {qq[0]:.3f} - 0.005", av[0] >= qq[0] - 0.005),
+        (f"Avg length {av[1]:.3g} below QQ's {qq[1]:.3g}", av[1] >= qq[1] * 0.99)) if not holds]
     text = (f"QQ {qq[0]:.3f} / {qq[1]:.3g}, central {ce[0]:.3f} / {ce[1]:.3g} "
             f"(QQ length {100 * length_gap:+.1f}%), Avg {av[0]:.3f} / {av[1]:.3g}")
-    return ok, text, mean
+    return not failed, text + " || " + "; ".join(failed), mean
 
 
-def real_data(models, trials: int, trees: int, net_trials: int, forest_trials: int, net_epochs: dict):
-    detail, summary, pooled = [], [], {}
+def real_sizes(models, trials: int, trees: int, net_trials: int, forest_trials: int, net_epochs: dict):
+    """[(fig, data, m, n, Size)]: every figure of appendix B.1 and model at the sizes asked for."""
+    out = []
     for fig, data, m, n in REAL:
         for model in models:
             t = {"ridge": trials, "cqr_forest": forest_trials, "cqr_net": net_trials}[model]
-            epochs = net_epochs.get(data) if model == "cqr_net" else None
-            out = RUNS / f"fig{fig}-{data}" / (f"{model}-t{t}" + (f"-trees{trees}" if model == "cqr_forest" else "")
-                                               + (f"-epochs{epochs}" if epochs else ""))
-            seconds = run_scenario(scenario_file(fig, data, m, n), out, t, [model_override(model, trees, epochs)])
-            trials_of = per_trial(out)
-            ok, text, mean = judge(trials_of)
-            side = "m >> n" if m > n else "m << n"
-            for method in METHODS:
-                pooled.setdefault((model, side, method), []).extend(trials_of.get(method, []))
-                detail.append([f"figure {fig}", data, m, n, model, len(trials_of.get(method, [])), method,
-                               round(float(mean[method][0]), 4), round(float(mean[method][1]), 4)])
-            cov = np.array([c for c, _ in trials_of["fedcp_qq"]])
-            if not ok:  # say by how much, against the noise of so few trials
-                se = cov.std(ddof=1) / np.sqrt(len(cov))
-                text += (f"; QQ coverage {0.9 - cov.mean():.3f} below 0.9 = {(0.9 - cov.mean()) / se:.1f} standard "
-                         f"errors of its {len(cov)}-trial mean")
-            summary.append((fig, data, m, n, model, t, ok, text, seconds, epochs))
-            RUN_SECONDS[str(out.relative_to(ROOT))] = seconds
-    return detail, summary, pooled
+            out.append((fig, data, m, n, Size(model, t, trees if model == "cqr_forest" else None,
+                                              net_epochs.get(data) if model == "cqr_net" else None)))
+    return out
 
 
-def b2(trials: int, trees: int):
-    rows, timing = [], {}
-    for data in ("bike", "bio"):
-        out = RUNS / f"b2-{data}" / f"t{trials}-trees{trees}"
-        seconds = run_scenario(ROOT / "scenarios" / "paper000" / f"b2-{data}.yaml", out, trials,
-                               [f"model.params.n_estimators={trees}"])
+def b2_size(trials: int, trees: int) -> Size:
+    return Size("cqr_forest", trials, trees)
+
+
+def b2_folder(data: str) -> Path:
+    return RUNS / f"b2-{data}"
+
+
+def b2_name(size: Size) -> str:
+    return f"t{size.trials}-trees{size.trees}"
+
+
+def b2_best(data: str, wanted: Size) -> tuple[Path, Size] | None:
+    """Figure 18's stand-in run: the wanted size when finished, else the largest finished one."""
+    folder = b2_folder(data)
+    found = []
+    for run in folder.glob("t*") if folder.exists() else ():
+        match = B2_NAME.match(run.name)
+        if match and finished(run):
+            size = b2_size(int(match["t"]), int(match["trees"]))
+            found.append((run.name == b2_name(wanted), size.rank(), run.name, run, size))
+    return None if not found else max(found)[3:]
+
+
+def jobs(real, b2_wanted: Size | None) -> list[tuple[str, Path, Path, Size, list[str]]]:
+    """Every run asked for: (what, scenario, run directory, size, --set values)."""
+    out = []
+    for fig, data, m, n, size in real:
+        out.append((f"figure {fig} {data} {size.model}", scenario_file(fig, data, m, n),
+                    RUNS / f"fig{fig}-{data}" / size.name(), size,
+                    [model_override(size.model, size.trees or 0, size.epochs)]))
+    if b2_wanted:
+        for data in ("bike", "bio"):
+            out.append((f"figure 18 {data}", ROOT / "scenarios" / "paper000" / f"b2-{data}.yaml",
+                        b2_folder(data) / b2_name(b2_wanted), b2_wanted,
+                        [f"model.params.n_estimators={b2_wanted.trees}", "model.params.n_jobs=1"]))
+    return out
+
+
+def run_jobs(todo, budget: Budget | None) -> None:
+    """Run what is not finished yet: in order without a budget; with one, the forest's figures,
+    then the network's, then figure 18, each the cheapest first (by the finished runs' per-trial
+    times), those expected to outlast the whole budget last; the one running when the budget is
+    spent is stopped and left resumable."""
+    pending = [job for job in todo if not finished(job[2])]
+    if budget is not None:
+        # the forest's figures first (their quick runs had the fewest trees), then the network's, then
+        # B.2; a run expected to outlast the whole budget after all of them (bio's forest here)
+        rank = {"cqr_forest": 0, "cqr_net": 1}
+        pending.sort(key=lambda job: (estimate(job[2].parent, job[3]) > budget.left(),
+                                      2 if job[0].startswith("figure 18") else rank.get(job[3].model, 0),
+                                      estimate(job[2].parent, job[3])))
+    for what, scenario, out, size, sets in pending:
+        if budget is not None and budget.left() <= 0:
+            print(f"  not run (budget spent): {what} at {size.label()}", flush=True)
+            continue
+        print(f"  {time.strftime('%H:%M:%S')} running {what} at {size.label()} -> {shown(out)}"
+              + ("" if budget is None else f" ({budget.left() / 60:.0f} min of budget left)"), flush=True)
+        seconds = run_scenario(scenario, out, size.trials, sets, budget)
+        if seconds is not None:
+            print(f"    done in {seconds:.0f} s ({seconds / size.trials:.1f} s a trial)", flush=True)
+
+
+def real_data(real):
+    """Each figure's row from the run that stands for it (best_finished), labelled with its size."""
+    detail, summary, pooled, runs = [], [], {}, []
+    for fig, data, m, n, wanted in real:
+        found = best_finished(RUNS / f"fig{fig}-{data}", wanted.model, wanted)
+        if found is None:
+            summary.append((fig, data, m, n, wanted, None, False, "not run yet", None))
+            continue
+        out, size = found
+        seconds = float((out / "done").read_text())
         trials_of = per_trial(out)
-        timing[data] = seconds
+        ok, text, mean = judge(trials_of)
+        side = "m >> n" if m > n else "m << n"
+        for method in METHODS:
+            pooled.setdefault((size.model, side, method), []).extend(trials_of.get(method, []))
+            detail.append([f"figure {fig}", data, m, n, size.model, size.label(), len(trials_of.get(method, [])),
+                           method, round(float(mean[method][0]), 4), round(float(mean[method][1]), 4)])
+        cov = np.array([c for c, _ in trials_of["fedcp_qq"]])
+        if not ok and cov.mean() < 0.9:  # say by how much, against the noise of the trials
+            se = cov.std(ddof=1) / np.sqrt(len(cov))
+            text += (f"; QQ coverage {0.9 - cov.mean():.3f} below 0.9 = {(0.9 - cov.mean()) / se:.1f} standard "
+                     f"errors of its {len(cov)}-trial mean")
+        summary.append((fig, data, m, n, wanted, size, ok, text, seconds))
         RUN_SECONDS[str(out.relative_to(ROOT))] = seconds
+        runs.append([f"figure {fig}", data, size.model, size.trials, size.trees or "", size.epochs or
+                     (200 if size.model == "cqr_net" else ""), "yes" if size.paper else "no", round(seconds, 1),
+                     round(seconds / size.trials, 1)])
+    return detail, summary, pooled, runs
+
+
+def b2(wanted: Size):
+    rows, timing, sizes, runs = [], {}, {}, []
+    for data in ("bike", "bio"):
+        found = b2_best(data, wanted)
+        if found is None:
+            continue
+        out, size = found
+        seconds = float((out / "done").read_text())
+        trials_of = per_trial(out)
+        timing[data], sizes[data] = seconds, size
+        RUN_SECONDS[str(out.relative_to(ROOT))] = seconds
+        runs.append(["figure 18", data, "cqr_forest", size.trials, size.trees, "", "yes" if size.paper else "no",
+                     round(seconds, 1), round(seconds / size.trials, 1)])
         for method, values in trials_of.items():
             v = np.array(values)
-            rows.append([data, method, len(values), round(float(v[:, 0].mean()), 4), round(float(v[:, 0].min()), 4),
-                         round(float(v[:, 1].mean()), 4)])
-    return rows, timing
+            rows.append([data, method, size.label(), len(values), round(float(v[:, 0].mean()), 4),
+                         round(float(v[:, 0].min()), 4), round(float(v[:, 1].mean()), 4)])
+    return rows, timing, sizes, runs
 
 
 # ---------------------------------------------------------------- the results file
@@ -338,6 +567,11 @@ def main(argv=None):
     parser.add_argument("--models", default="ridge,cqr_forest,cqr_net")
     parser.add_argument("--parts", default="theory,fig3,real,b2")
     parser.add_argument("--results", type=Path, default=OUT)
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="a partial run: spend at most this long on the runs of figures 8-18 that are not "
+                             "finished, the cheapest first (the one running at the end is stopped and resumed by the "
+                             "next call); rows without a finished run at the asked size use the largest cached one, "
+                             "labelled with its size")
     args = parser.parse_args(argv)
     trials = args.trials or 20
     forest_trials = args.forest_trials or (3 if args.quick else trials)
@@ -354,8 +588,13 @@ def main(argv=None):
     RUNS.mkdir(parents=True, exist_ok=True)
     quick_note = "" if not args.quick else (f" (quick run: ridge {trials} trials, forest {forest_trials} trials of "
                                             f"{trees} trees, network {net_trials} trials)")
-    tables, summary = [], []
+    tables, summary, all_runs = [], [], []
     spent = {}
+    real = real_sizes(models, trials, trees, net_trials, forest_trials, net_epochs)
+    b2_wanted = b2_size(forest_trials, trees)
+    budget = None if args.budget_minutes is None else Budget(args.budget_minutes)
+    if parts & {"real", "b2"}:
+        run_jobs(jobs(real if "real" in parts else [], b2_wanted if "b2" in parts else None), budget)
 
     if "theory" in parts:
         start = time.perf_counter()
@@ -434,21 +673,27 @@ def main(argv=None):
                        "rows": [[k, round(v[0], 4), round(v[1], 4), round(v[2], 4)] for k, v in results.items()]})
 
     if "real" in parts:
-        detail, figs, pooled = real_data(models, trials, trees, net_trials, forest_trials, net_epochs)
-        for fig, data, m, n, model, t, ok, text, seconds, epochs in figs:
-            label = model if model != "cqr_forest" else f"cqr_forest ({trees} trees)"
-            why = "" if ok else (f"by the shortfall in ours, from {t} trials only (theorem 3.2 holds on average "
-                                 "over calibration draws, not on the mean of so few)")
-            if model == "cqr_forest" and trees != 1000:
-                why = (why + "; " if why else "") + f"{trees} trees, not the paper's 1,000 (time)"
-            if epochs:
-                why = (why + "; " if why else "") + f"network trained {epochs} epochs, not 200 (time)"
-            summary.append(row(f"figure {fig} ({data}, m={m}, n={n}), {label}",
+        detail, figs, pooled, runs = real_data(real)
+        for fig, data, m, n, wanted, size, ok, text, seconds in figs:
+            if size is None:
+                print(f"figure {fig} {data} {wanted.model}: no finished run, no row", flush=True)
+                continue
+            why = "" if ok else f"fails: {text.split(' || ')[1]}"
+            text = text.split(" || ")[0]
+            if not ok and size.trials < PAPER_TRIALS:
+                why += f" (from {size.trials} trials only: theorem 3.2 holds on average over calibration draws)"
+            if not size.paper:
+                why = (why + "; " if why else "") + size.short_of_paper()
+            summary.append(row(f"figure {fig} ({data}, m={m}, n={n}), {size.model}",
                                "QQ covers >= 0.9, coverage and length close to centralized; Avg higher on both",
-                               text + f" [{t} trials]", ok, why, f"{CMD} (real part)", seconds))
+                               text + f" [{size.label()}]", ok, why, f"{CMD} (real part)", seconds))
+        mixed = {r[6] for r in runs}
+        at_paper = sum(r[6] == "yes" for r in runs)
+        size_note = quick_note or ("" if mixed == {"yes"} else
+                                   f" (sizes per row: {at_paper} of {len(runs)} runs at the paper's size, the rest quick)")
         tables.append({"name": "figures8-17", "title": "Figures 8-17: mean coverage and length per data set, model and method"
-                       + quick_note, "columns": ["figure", "data", "m", "n", "model", "trials", "method", "coverage", "length"],
-                       "rows": detail})
+                       + size_note, "columns": ["figure", "data", "m", "n", "model", "size", "trials", "method",
+                                                "coverage", "length"], "rows": detail})
         fig4 = []
         for model in models:
             for side in ("m >> n", "m << n"):
@@ -457,20 +702,29 @@ def main(argv=None):
                     if len(v):
                         fig4.append([model, side, method, len(v), round(float(v[:, 0].mean()), 4),
                                      round(float(v[:, 0].std()), 4)])
-        tables.append({"name": "figure4", "title": "Figure 4: coverage pooled over the five data sets" + quick_note,
+        tables.append({"name": "figure4", "title": "Figure 4: coverage pooled over the five data sets"
+                       + (size_note and " (each figure's run at its size in the figures8-17 table)"),
                        "columns": ["model", "regime", "method", "points", "mean coverage", "sd"], "rows": fig4})
         for model in models:
             mean = {(r[1], r[2]): r[4] for r in fig4 if r[0] == model}
             sd = {(r[1], r[2]): r[5] for r in fig4 if r[0] == model}
+            model_runs = [r for r in runs if r[2] == model]
+            full = sum(r[6] == "yes" for r in model_runs)
             ok = all(mean[(s, "fedcp_qq")] >= 0.895 and mean[(s, "fedcp_avg")] > mean[(s, "fedcp_qq")]
                      and abs(mean[(s, "fedcp_qq")] - mean[(s, "centralized")]) <= 0.01 for s in ("m >> n", "m << n"))
+            why = "" if ok else "see the figure4 table"
+            if full < len(model_runs):
+                why = (why + "; " if why else "") + (f"pooled over {full} of {len(model_runs)} figures at the paper's "
+                                                    "size, the rest at quick sizes (runs table)")
             summary.append(row(f"figure 4 ({model}), coverage pooled over data sets",
                                "QQ mean >= 0.90 and close to centralized (sd slightly larger), same for m>>n and m<<n; "
                                "Avg higher",
                                "; ".join(f"{s}: QQ {mean[(s, 'fedcp_qq')]:.3f} (sd {sd[(s, 'fedcp_qq')]:.3f}), central "
                                          f"{mean[(s, 'centralized')]:.3f} (sd {sd[(s, 'centralized')]:.3f}), Avg "
-                                         f"{mean[(s, 'fedcp_avg')]:.3f}" for s in ("m >> n", "m << n")),
-                               ok, "" if ok else "see the figure4 table", f"{CMD} (real part)", "the runs of figures 8-17"))
+                                         f"{mean[(s, 'fedcp_avg')]:.3f}" for s in ("m >> n", "m << n"))
+                               + f" [{full} of {len(model_runs)} figures at the paper's size]",
+                               ok, why, f"{CMD} (real part)", "the runs of figures 8-17"))
+        all_runs.extend(runs)
 
     if "real" in parts and args.check_trees and "cqr_forest" in models:
         # the forest at the paper's tree count on the data sets where it is affordable here
@@ -485,6 +739,7 @@ def main(argv=None):
             RUN_SECONDS[str(out.relative_to(ROOT))] = seconds
             total += seconds
             ok, text, mean = judge(per_trial(out))
+            text = text.split(" || ")[0]
             oks.append(ok)
             rows.append([f"figure {fig}", data, m, n, args.check_trees, forest_trials, text, round(seconds, 1)])
         tables.append({"name": "forest-trees", "title": f"The forest at {args.check_trees} trees ({forest_trials} trials)",
@@ -496,22 +751,31 @@ def main(argv=None):
                            f"{CMD} (real part, --check-trees)", total))
 
     if "b2" in parts:
-        rows, timing = b2(forest_trials, trees)
+        rows, timing, sizes, runs = b2(b2_wanted)
+        all_runs.extend(runs)
         tables.append({"name": "figure18", "title": "Figure 18 (appendix B.2): FedCP2-QQ, m = 5, n = 200, B = 100"
-                       + quick_note, "columns": ["data", "method", "trials", "mean coverage", "min coverage", "length"],
-                       "rows": rows})
+                       + quick_note, "columns": ["data", "method", "size", "trials", "mean coverage", "min coverage",
+                                                 "length"], "rows": rows})
         for data in ("bike", "bio"):
-            cov = {r[1]: r[3] for r in rows if r[0] == data}
+            if data not in sizes:
+                continue
+            cov = {r[1]: r[4] for r in rows if r[0] == data}
             ladder = [cov.get(k) for k in ("fedcp_qq", "fedcp2_eps10", "fedcp2_eps5", "fedcp2_eps1")]
             ok = all(c is not None and c >= 0.89 for c in ladder) and ladder[3] >= ladder[0]
             why = "" if ok else "see the figure18 table"
-            if trees != 1000:
-                why = (why + "; " if why else "") + f"{trees} trees, not the paper's 1,000 (time)"
+            if not sizes[data].paper:
+                why = (why + "; " if why else "") + sizes[data].short_of_paper()
             summary.append(row(f"figure 18 ({data}), FedCP2-QQ at epsilon 10, 5, 1",
                                "mean coverage >= 0.90 at every epsilon, more conservative as epsilon falls",
                                "mean coverage QQ / eps10 / eps5 / eps1: " + " / ".join(
-                                   "-" if c is None else f"{c:.3f}" for c in ladder),
+                                   "-" if c is None else f"{c:.3f}" for c in ladder) + f" [{sizes[data].label()}]",
                                ok, why, f"{CMD} (b2 part)", timing[data]))
+
+    if all_runs:
+        tables.append({"name": "runs", "title": "The runs behind figures 8-18: size and measured time here "
+                       "(one process, one thread; a reused run keeps its first time)",
+                       "columns": ["figure", "data", "model", "trials", "trees", "epochs", "the paper's size",
+                                   "seconds", "seconds a trial"], "rows": all_runs})
 
     summary.append(["figure 5 (unbalanced sites)", "coverage respected with unequal n_j (sizes not given)",
                     "scenarios/unbalanced-fig5.yaml (paper 004's ten sizes)", "impossible offline",
@@ -519,16 +783,16 @@ def main(argv=None):
                     "python run.py run scenarios/unbalanced-fig5.yaml --backend inprocess", "not run by this command"])
     results = {"paper": "000", "title": "One-shot federated conformal prediction (Humbert, Le Bars, Bellet, Arlot, ICML 2023)",
                "command": CMD, "quick": f"{CMD} ARGS=--quick",
-               "settings": {"quick": args.quick, "trials": trials, "forest_trials": forest_trials,
+               "settings": {"quick": args.quick, "budget_minutes": args.budget_minutes, "trials": trials, "forest_trials": forest_trials,
                             "net_trials": net_trials, "trees": trees, "net_epochs": net_epochs,
                             "fig3_trees": args.fig3_trees, "models": models, "parts": sorted(parts)},
                "seconds": {**{k: round(v, 1) for k, v in spent.items()}, "runs": RUN_SECONDS,
                            "total": round(sum(spent.values()) + sum(RUN_SECONDS.values()), 1)},
                "tables": [{"name": "summary", "title": "Summary: the paper's figures against ours" + quick_note,
                            "columns": SUMMARY, "rows": summary}] + tables}
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {args.results}")
+    from paper_pages import publish  # bench/ is on the path when this file runs
+
+    publish("000", results, args.results)
 
 
 if __name__ == "__main__":

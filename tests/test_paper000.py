@@ -51,3 +51,41 @@ def test_every_figure_of_appendix_b1_has_a_row_per_model():
     for fig, data, m, n in paper000.REAL:
         for model in RESULTS["settings"]["models"]:
             assert any(i.startswith(f"figure {fig} ({data}") and model in i for i in items), (fig, model)
+
+
+def test_no_row_claims_the_papers_size_unless_it_ran_at_it():
+    """The runs table's `the paper's size` follows from each run's own trials, trees and epochs,
+    and every row labelled at the paper's size holds 20 trials' results."""
+    runs = TABLES["runs"]["rows"]
+    for fig, data, model, trials, trees, epochs, paper, seconds, per_trial in runs:
+        full = trials >= 20 and (model != "cqr_forest" or trees >= 1000) and epochs in ("", 200)
+        assert paper == ("yes" if full else "no"), (fig, data, model)
+    for fig, data, m, n, model, size, trials, method, coverage, length in TABLES["figures8-17"]["rows"]:
+        assert ("(the paper's size)" in size) == (trials >= 20 and ("trees" not in size or "1,000 trees" in size)
+                                                  and "(quick size)" not in size), (fig, model, size, trials)
+        assert any(r[0] == fig and r[2] == model and (r[6] == "yes") == ("(the paper's size)" in size) for r in runs)
+    for row in TABLES["summary"]["rows"]:
+        if "(the paper's size)" in row[2]:
+            assert "quick size" not in row[4], row[0]
+
+
+def test_each_row_uses_the_wanted_run_when_finished_else_the_largest(tmp_path):
+    def make(name, done=True):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.csv").write_text("trial\n")
+        if done:
+            (tmp_path / name / "done").write_text("1.0")
+
+    wanted = paper000.Size("cqr_forest", 20, 1000)
+    assert paper000.best_finished(tmp_path, "cqr_forest", wanted) is None
+    make("cqr_forest-t3-trees100")
+    make("cqr_forest-t3-trees1000")
+    make("cqr_forest-t20-trees1000", done=False)  # stopped at a budget: not a result yet
+    make("cqr_net-t20")
+    run, size = paper000.best_finished(tmp_path, "cqr_forest", wanted)
+    assert run.name == "cqr_forest-t3-trees1000" and not size.paper and "(quick size)" in size.label()
+    (tmp_path / "cqr_forest-t20-trees1000" / "done").write_text("9.0")
+    run, size = paper000.best_finished(tmp_path, "cqr_forest", wanted)
+    assert run.name == "cqr_forest-t20-trees1000" and size.paper
+    assert paper000.best_finished(tmp_path, "cqr_net", paper000.Size("cqr_net", 20))[1].paper
+    assert not paper000.Size("cqr_net", 20, epochs=20).paper and not paper000.Size("cqr_forest", 20, 100).paper
