@@ -66,9 +66,11 @@ paper001-fig3: $(VENV)/.installed
 # paper 000 (FedCP-QQ), every figure that can be had offline (issue 51): the theory figures 1, 2,
 # 6, 7, proposition A.1 and theorem C.3 (exact), figure 3's intervals, figures 4 and 8-17 for ridge,
 # the quantile forest (1,000 trees) and the CQR network, figure 18 (appendix B.2); 20 trials a
-# figure as the paper (about 5 hours here: see docs/papers/000.md); ARGS=--quick (about 30 min here):
+# figure as the paper (about 2.5 hours here: see docs/papers/000.md); ARGS=--quick (about 30 min here):
 # the forest and the network 3 trials, forests of 100 trees (and 1,000 on the four smaller data sets),
-# ridge 20. Writes bench/results/paper000.json and docs/papers/000.md
+# ridge 20. Resumable: finished runs in runs/paper000/ are reused, a stopped one continues;
+# ARGS=--budget-minutes=N runs the cheapest unfinished paper-size runs for N minutes and labels each
+# row with the size it ran at. Writes bench/results/paper000.json and docs/papers/000.md
 paper000: $(VENV)/.installed
 	OMP_NUM_THREADS=1 $(PY) bench/paper000.py $(ARGS)
 	$(PY) bench/paper_pages.py write 000
