@@ -107,7 +107,9 @@ class TorchModel(Model):
         outputs = []
         with torch.no_grad():
             for start in range(0, len(X), INFERENCE_BATCH):
-                chunk = torch.as_tensor(X[start:start + INFERENCE_BATCH], dtype=torch.float32, device=self._device())
+                # a copy: the rows may be a read-only view (torch warns on those), and float32 anyway
+                rows = np.array(X[start:start + INFERENCE_BATCH], dtype=np.float32)
+                chunk = torch.from_numpy(rows).to(self._device())
                 outputs.append(self.net(chunk).float().cpu().numpy())
         return np.concatenate(outputs) if outputs else np.zeros((0, 1))
 

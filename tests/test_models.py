@@ -167,3 +167,19 @@ def test_a_class_missing_from_the_training_split_still_gets_a_column():
     probabilities = model.base_predictions(X[:10])
     assert probabilities.shape == (10, 3)
     assert np.all(model.scores(X[:3], np.array([2, 2, 2])) > 0.5)  # the unseen class is unlikely
+
+
+def test_a_network_scores_read_only_rows_silently_and_as_it_scores_a_writable_copy():
+    """Sites score rows handed to them as read-only views; torch warns on a tensor made from one,
+    and that warning reached users' terminals (paper 000's network runs)."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 4))
+    model = MODELS["classifier"](device="cpu", **{**default_params("classifier"), "epochs": 2})
+    model.fit(X, (X[:, 0] > 0).astype(float), 0.1, rng)
+    expected = model.forward(X.copy())
+    X.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.array_equal(model.forward(X), expected)
