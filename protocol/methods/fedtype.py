@@ -116,7 +116,8 @@ class AggregatedSite:
         self.personalised = True
         posterior = None
         if aggregation == "pfedbayes":  # v_i = the global distribution; q_i's rho persists from round 1 on
-            v_rho = [torch.as_tensor(np.asarray(global_rho[name], dtype=np.float32), device=self.device)
+            v_rho = [torch.from_numpy(np.array(global_rho[name], dtype=np.float32)).to(self.device)  # a copy: the wire's
+                     # arrays are read-only views (torch warns on those)
                      for name, _ in net.named_parameters()]
             rho = self.rho if self.rho is not None else v_rho
             posterior = BayesianProxy(net, rho, anchor, v_rho, self.config.zeta, len(self.data.y_train),
