@@ -183,24 +183,39 @@ def test_paper002_table7_counts_the_steps_where_the_set_size_follows_the_accurac
     assert bench.agreement_share({"1": up}, lag=1) == (1.0, 3)
 
 
-def test_a_pfedme_site_sends_its_local_model_and_keeps_the_personalised_proxy():
-    """pFedMe (T Dinh et al. 2020, algorithm 1): what travels is w_i, which moved from the global
-    model towards the personalised theta_i by eta lambda per step; theta_i stays at the site."""
-    from learning.nets import get_weights
+def site_rounds(name="fedavg", rounds=1, **params):
+    """A learning method's site (the plain fedavg by default: table 5's homogeneous baseline) after `rounds` rounds from
+    one seeded global model, each round sent back its own answer: (the global weights it started
+    from, the last weights it sent, the site half)."""
     from protocol.codecs.tensors import pack_tensors
     from protocol.phases import Phase
     from tests.learning_sessions import blob_sites, learning_method
 
     torch.set_num_threads(1)
-    method = learning_method("fedtype", aggregation="pfedme", backward_loss="set_mass")
+    method = learning_method(name, **params)
     half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
     half.answer(Phase("setup"), method.setup_request(0))
-    start = method.initial_global(6, np.random.default_rng(1))
-    sent = half.answer(Phase("round", 0), {"weights": pack_tensors({k: v.astype("float16") for k, v in start.items()})})
+    start = weights = method.initial_global(6, np.random.default_rng(1))
+    for t in range(rounds):
+        sent = half.answer(Phase("round", t), {"weights": pack_tensors({k: v.astype("float16")
+                                                                        for k, v in weights.items()})})["tensors"]
+        weights = {k: v.astype(np.float32) for k, v in sent.items()}
+    return start, sent, half
+
+
+def gap(a, b):
+    return sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)
+
+
+def test_a_pfedme_site_sends_its_local_model_and_keeps_the_personalised_proxy():
+    """pFedMe (T Dinh et al. 2020, algorithm 1): what travels is w_i, which moved from the global
+    model towards the personalised theta_i by eta lambda per step; theta_i stays at the site."""
+    from learning.nets import get_weights
+
+    start, sent, half = site_rounds("fedtype", aggregation="pfedme", backward_loss="set_mass")
     theta = get_weights(half.proxy)
-    gap = lambda a, b: sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)  # noqa: E731
-    assert gap(sent["tensors"], theta) > 0  # theta_i is not what travels
-    assert 0 < gap(sent["tensors"], start) < gap(theta, start)  # w_i moved, less far than theta_i
+    assert gap(sent, theta) > 0  # theta_i is not what travels
+    assert 0 < gap(sent, start) < gap(theta, start)  # w_i moved, less far than theta_i
 
 
 def test_gaussian_kl_is_the_monte_carlo_kl():
@@ -273,59 +288,26 @@ def test_a_pfedbayes_site_sends_its_localized_global_distribution():
     (the proxy the site keeps) and rhos stay at the site."""
     from learning.aggregators import RHO, split_posterior
     from learning.nets import get_weights
-    from protocol.codecs.tensors import pack_tensors
-    from protocol.phases import Phase
-    from tests.learning_sessions import blob_sites, learning_method
 
-    torch.set_num_threads(1)
-    method = learning_method("fedtype", aggregation="pfedbayes", backward_loss="set_mass")
-    half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
-    half.answer(Phase("setup"), method.setup_request(0))
-    start = method.initial_global(6, np.random.default_rng(1))
-    sent = half.answer(Phase("round", 0), {"weights": pack_tensors({k: v.astype("float16") for k, v in start.items()})})
-    assert sorted(sent["tensors"]) == sorted(start)
+    start, sent, half = site_rounds("fedtype", aggregation="pfedbayes", backward_loss="set_mass")
+    assert sorted(sent) == sorted(start)
     names = [name for name, _ in half.proxy.named_parameters()]
-    assert sorted(k for k in sent["tensors"] if k.endswith(RHO)) == sorted(name + RHO for name in names)
-    mu, rho = split_posterior(sent["tensors"])
+    assert sorted(k for k in sent if k.endswith(RHO)) == sorted(name + RHO for name in names)
+    mu, rho = split_posterior(sent)
     start_mu, start_rho = split_posterior(start)
     personal_mu, personal_rho = get_weights(half.proxy), dict(zip(rho, (r.numpy() for r in half.rho)))
-    gap = lambda a, b: sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)  # noqa: E731
     assert gap(mu, personal_mu) > 0 and gap(rho, personal_rho) > 0  # q_i is not what travels
     assert 0 < gap(mu, start_mu) and 0 < gap(rho, start_rho)  # v_i moved from the global distribution
-
-
-def fedavg_round(rounds=1, **params):
-    """The plain fedavg method's site (table 5's homogeneous baseline) after `rounds` rounds from
-    one seeded global model, each round sent back its own answer: (the global weights it started
-    from, the last weights it sent, the site half)."""
-    from protocol.codecs.tensors import pack_tensors
-    from protocol.phases import Phase
-    from tests.learning_sessions import blob_sites, learning_method
-
-    torch.set_num_threads(1)
-    method = learning_method("fedavg", **params)
-    half = type(method).site(blob_sites()["site-0"], np.random.default_rng(0), "site-0")
-    half.answer(Phase("setup"), method.setup_request(0))
-    start = weights = method.initial_global(6, np.random.default_rng(1))
-    for t in range(rounds):
-        sent = half.answer(Phase("round", t), {"weights": pack_tensors({k: v.astype("float16")
-                                                                        for k, v in weights.items()})})["tensors"]
-        weights = {k: v.astype(np.float32) for k, v in sent.items()}
-    return start, sent, half
-
-
-def gap(a, b):
-    return sum(float(np.sum((np.asarray(a[k], float) - np.asarray(b[k], float)) ** 2)) for k in a)
 
 
 def test_fedavg_with_fedprox_changes_the_update_and_a_large_mu_holds_it_at_the_global_model():
     """FedProx (Li et al. 2020, eq. 2) on the plain fedavg method: mu = 0 is FedAvg's update bit
     for bit (the same seeds), a small mu changes it, and mu = 100 keeps the sent model within a
     tenth of FedAvg's distance from the global model it was sent."""
-    start, plain, _ = fedavg_round()
-    _, zero, _ = fedavg_round(aggregation="fedprox", mu=0.0)
-    _, small, _ = fedavg_round(aggregation="fedprox", mu=0.01)
-    _, held, _ = fedavg_round(aggregation="fedprox", mu=100.0)
+    start, plain, _ = site_rounds()
+    _, zero, _ = site_rounds(aggregation="fedprox", mu=0.0)
+    _, small, _ = site_rounds(aggregation="fedprox", mu=0.01)
+    _, held, _ = site_rounds(aggregation="fedprox", mu=100.0)
     assert gap(zero, plain) == 0
     assert gap(small, plain) > 0
     assert gap(held, start) < gap(plain, start) / 10
@@ -336,7 +318,7 @@ def test_fedavg_with_pfedme_sends_w_i_and_keeps_theta_i_from_round_to_round():
     towards theta_i by less than theta_i moved; theta_i stays at the site."""
     from learning.nets import get_weights
 
-    start, sent, half = fedavg_round(aggregation="pfedme")
+    start, sent, half = site_rounds(aggregation="pfedme")
     theta = get_weights(half.model)
     assert gap(sent, theta) > 0
     assert 0 < gap(sent, start) < gap(theta, start)
@@ -348,7 +330,7 @@ def test_fedavg_with_pfedbayes_sends_mean_and_rho_of_v_i_and_keeps_q_i():
     from learning.aggregators import RHO, split_posterior
     from learning.nets import get_weights
 
-    start, sent, half = fedavg_round(aggregation="pfedbayes")
+    start, sent, half = site_rounds(aggregation="pfedbayes")
     assert sorted(sent) == sorted(start)
     names = [name for name, _ in half.model.named_parameters()]
     assert sorted(k for k in sent if k.endswith(RHO)) == sorted(n + RHO for n in names)
